@@ -1,0 +1,247 @@
+"""The reliability layer shared by the HTTP agents: timeouts, retries, in-flight bound, size cap, faults.
+
+One ``HttpPool`` belongs to one agent factory, so every episode of a run shares its aiohttp session
+and its in-flight bound. The session is created lazily inside the running event loop (a factory is
+built before any loop runs) and closed by ``aclose()`` at run end. Each failed attempt becomes a
+``FaultReport``; when the retries are exhausted ``AgentFailure`` carries them all to the engine.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import email.utils
+import math
+import random
+import ssl
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping, TypeVar
+
+import aiohttp
+
+from ..engine.errors import UserError
+from .base import AgentFailure, FaultReport
+
+T = TypeVar("T")
+
+# Statuses worth another attempt: the server is overloaded or briefly broken, not refusing the request.
+RETRY_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
+
+
+class ProtocolError(Exception):
+    """The server answered 2xx with a body that breaks the protocol (not JSON, wrong shape)."""
+
+
+class _Retryable(Exception):
+    """One attempt failed in a way another attempt may fix; ``wait`` is a server-requested delay."""
+
+    def __init__(self, fault: FaultReport, wait: float = 0.0) -> None:
+        super().__init__(fault.detail)
+        self.fault = fault
+        self.wait = wait
+
+
+class _Fatal(Exception):
+    """One attempt failed in a way no retry will fix (a 4xx other than 408/429)."""
+
+    def __init__(self, fault: FaultReport) -> None:
+        super().__init__(fault.detail)
+        self.fault = fault
+
+
+def _number(options: Mapping[str, Any], key: str, default: float, *, integer: bool = False,
+            minimum: float = 0.0) -> Any:
+    raw = options.get(key)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = int(raw) if integer else float(raw)
+    except (TypeError, ValueError):
+        value = math.nan
+    if not (math.isfinite(value) and value >= minimum):
+        kind = "an integer" if integer else "a number"
+        raise UserError(f"bad agent option {key}={raw!r}: expected {kind} >= {minimum:g}")
+    return value
+
+
+def _flag(options: Mapping[str, Any], key: str, default: bool) -> bool:
+    raw = options.get(key)
+    if raw is None or raw == "":
+        return default
+    if isinstance(raw, bool):
+        return raw
+    text = str(raw).strip().lower()
+    if text in ("1", "true", "yes", "on"):
+        return True
+    if text in ("0", "false", "no", "off"):
+        return False
+    raise UserError(f"bad agent option {key}={raw!r}: expected true or false")
+
+
+@dataclass(frozen=True)
+class HttpSettings:
+    """Timeouts (seconds), retry policy, in-flight bound, response cap and TLS verification."""
+
+    connect_timeout: float = 10.0
+    read_timeout: float = 60.0
+    total_timeout: float = 120.0
+    retries: int = 3
+    concurrency: int = 16
+    max_response_bytes: int = 4 * 1024 * 1024
+    verify_tls: bool = True
+    backoff_base: float = 0.5
+    backoff_max: float = 20.0
+    retry_after_max: float = 60.0
+
+    @classmethod
+    def from_options(cls, options: Mapping[str, Any]) -> HttpSettings:
+        """Read the settings from an agent's options dict; a bad value is a UserError naming its key."""
+        d = cls()
+        return cls(
+            connect_timeout=_number(options, "connect_timeout", d.connect_timeout, minimum=0.001),
+            read_timeout=_number(options, "read_timeout", d.read_timeout, minimum=0.001),
+            total_timeout=_number(options, "total_timeout", d.total_timeout, minimum=0.001),
+            retries=_number(options, "retries", d.retries, integer=True),
+            concurrency=_number(options, "concurrency", d.concurrency, integer=True, minimum=1),
+            max_response_bytes=_number(options, "max_response_bytes", d.max_response_bytes, integer=True,
+                                       minimum=1),
+            verify_tls=_flag(options, "verify_tls", d.verify_tls),
+            backoff_base=_number(options, "backoff_base", d.backoff_base),
+            backoff_max=_number(options, "backoff_max", d.backoff_max),
+            retry_after_max=_number(options, "retry_after_max", d.retry_after_max),
+        )
+
+
+def parse_retry_after(value: str | None, now: float | None = None) -> float | None:
+    """Seconds to wait from a Retry-After header (delta-seconds or an HTTP date); None when absent or bad."""
+    if not value:
+        return None
+    value = value.strip()
+    try:
+        seconds = float(value)
+        return max(0.0, seconds) if math.isfinite(seconds) else None
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    if when is None or when.tzinfo is None:
+        return None
+    return max(0.0, when.timestamp() - (time.time() if now is None else now))
+
+
+def backoff_delay(attempt: int, settings: HttpSettings, rng: random.Random, retry_after: float | None) -> float:
+    """Seconds before retry number ``attempt`` (1-based): equal-jitter exponential backoff from ``rng``,
+    never shorter than the server's Retry-After (capped at ``retry_after_max``)."""
+    ceiling = min(settings.backoff_max, settings.backoff_base * (2 ** (attempt - 1)))
+    delay = ceiling / 2 + rng.uniform(0.0, ceiling / 2)
+    if retry_after is not None:
+        delay = max(delay, min(retry_after, settings.retry_after_max))
+    return delay
+
+
+class HttpPool:
+    """One aiohttp session and in-flight semaphore shared by all episodes of an agent factory."""
+
+    def __init__(self, settings: HttpSettings, secrets: tuple[str, ...] = ()) -> None:
+        self.settings = settings
+        # Values that must never appear in a fault detail (API keys): scrubbed defensively.
+        self._secrets = tuple(s for s in secrets if s)
+        self._session: aiohttp.ClientSession | None = None
+        self._sem: asyncio.Semaphore | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._timeout = aiohttp.ClientTimeout(total=settings.total_timeout, sock_connect=settings.connect_timeout,
+                                              sock_read=settings.read_timeout)
+
+    def _ensure(self) -> tuple[aiohttp.ClientSession, asyncio.Semaphore]:
+        loop = asyncio.get_running_loop()
+        if self._session is None or self._loop is not loop or self._session.closed:
+            # A session belongs to the loop it was made in; a new loop (a second asyncio.run) gets its own.
+            ssl_ctx: ssl.SSLContext | bool = True if self.settings.verify_tls else False
+            connector = aiohttp.TCPConnector(limit=self.settings.concurrency, limit_per_host=0, ssl=ssl_ctx)
+            self._session = aiohttp.ClientSession(connector=connector, timeout=self._timeout,
+                                                  auto_decompress=True, trust_env=False)
+            self._sem = asyncio.Semaphore(self.settings.concurrency)
+            self._loop = loop
+        assert self._sem is not None
+        return self._session, self._sem
+
+    async def aclose(self) -> None:
+        """Close the session (idempotent); the engine calls this at run end."""
+        session, self._session = self._session, None
+        if session is not None and not session.closed and self._loop is asyncio.get_running_loop():
+            await session.close()
+
+    def _scrub(self, text: str) -> str:
+        for secret in self._secrets:
+            text = text.replace(secret, "***")
+        return text[:500]
+
+    async def post(self, url: str, body: bytes, headers: Mapping[str, str], rng: random.Random,
+                   decode: Callable[[bytes], T]) -> tuple[T, list[FaultReport], float]:
+        """POST ``body`` until a 2xx answer decodes; returns (decoded, faults met, seconds of the good attempt).
+
+        Raises ``AgentFailure`` with every fault when the retries are exhausted or a fault is not retryable.
+        """
+        session, sem = self._ensure()
+        faults: list[FaultReport] = []
+        attempts = self.settings.retries + 1
+        for attempt in range(1, attempts + 1):
+            started = time.perf_counter()
+            try:
+                async with sem:
+                    data = await self._attempt(session, url, body, headers, attempt)
+                try:
+                    value = decode(data)
+                except ProtocolError as exc:
+                    raise _Retryable(FaultReport(kind="protocol", detail=self._scrub(str(exc)),
+                                                 attempt=attempt)) from None
+                return value, faults, time.perf_counter() - started
+            except _Fatal as exc:
+                faults.append(exc.fault)
+                raise AgentFailure(f"agent request failed: {exc.fault.detail}", faults) from None
+            except _Retryable as exc:
+                faults.append(exc.fault)
+                if attempt == attempts:
+                    raise AgentFailure(f"agent request failed after {attempts} attempts: {exc.fault.detail}",
+                                       faults) from None
+                await asyncio.sleep(backoff_delay(attempt, self.settings, rng, exc.wait or None))
+        raise AssertionError("unreachable")
+
+    async def _attempt(self, session: aiohttp.ClientSession, url: str, body: bytes,
+                       headers: Mapping[str, str], attempt: int) -> bytes:
+        cap = self.settings.max_response_bytes
+        try:
+            async with session.post(url, data=body, headers=headers, allow_redirects=False) as resp:
+                if resp.status >= 300:
+                    # Drain a little so the connection can be reused; the body is never put in the detail.
+                    detail = f"HTTP {resp.status} from {url}"
+                    fault = FaultReport(kind="http_status", detail=self._scrub(detail), attempt=attempt)
+                    if resp.status in RETRY_STATUSES:
+                        wait = parse_retry_after(resp.headers.get("Retry-After")) if resp.status in (429, 503) else None
+                        raise _Retryable(fault, wait or 0.0)
+                    raise _Fatal(fault)
+                if resp.content_length is not None and resp.content_length > cap:
+                    raise _Retryable(FaultReport(kind="limit", attempt=attempt, detail=(
+                        f"response of {resp.content_length} bytes exceeds max_response_bytes={cap}")))
+                buf = bytearray()
+                async for chunk in resp.content.iter_chunked(65536):
+                    buf.extend(chunk)
+                    if len(buf) > cap:
+                        raise _Retryable(FaultReport(kind="limit", attempt=attempt, detail=(
+                            f"response exceeds max_response_bytes={cap}")))
+                return bytes(buf)
+        except (_Retryable, _Fatal):
+            raise
+        except asyncio.TimeoutError:
+            detail = (f"no answer within the timeouts (connect {self.settings.connect_timeout:g}s, "
+                      f"read {self.settings.read_timeout:g}s, total {self.settings.total_timeout:g}s)")
+            raise _Retryable(FaultReport(kind="timeout", detail=detail, attempt=attempt)) from None
+        except aiohttp.ClientSSLError as exc:
+            # A certificate problem will not fix itself: fail at once and say why.
+            raise _Fatal(FaultReport(kind="exception", detail=self._scrub(f"TLS error: {exc}"),
+                                     attempt=attempt)) from None
+        except (aiohttp.ClientError, OSError) as exc:
+            detail = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+            raise _Retryable(FaultReport(kind="exception", detail=self._scrub(detail), attempt=attempt)) from None

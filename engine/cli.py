@@ -1,0 +1,44 @@
+"""The ``dialogsim`` command line: subcommands live in ``engine/commands/``, one module each."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from .. import __version__
+from .commands import COMMANDS
+from .errors import UserError
+from .oplog import configure_logging
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser with every registered subcommand."""
+    parser = argparse.ArgumentParser(prog="dialogsim", description="Event-sourced dialogue simulation.")
+    parser.add_argument("--version", action="version", version=f"dialogsim {__version__}")
+    parser.add_argument("--log-format", choices=["console", "json"], default="console",
+                        help="format of operational logs on stderr (default: console)")
+    parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name in COMMANDS:
+        importlib.import_module(f".commands.{name}", __package__).register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point: parse, run the subcommand, turn a UserError into one line and exit status 2."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    configure_logging(args.log_format, args.log_level)
+    try:
+        return int(args.handler(args) or 0)
+    except UserError as exc:
+        print(f"dialogsim: error: {exc}", file=sys.stderr)
+        return 2
+    except BrokenPipeError:  # `dialogsim events ... | head`
+        sys.stderr.close()
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

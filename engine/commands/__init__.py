@@ -1,0 +1,6 @@
+"""CLI subcommands: each module here defines ``register(subparsers)`` and is listed in COMMANDS."""
+
+COMMANDS = [
+    "run",
+    "events",
+]

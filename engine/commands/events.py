@@ -1,0 +1,52 @@
+"""``dialogsim events``: print a run's events, optionally one episode or some event types."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from ..codec import encode, to_builtins
+from ..events import AgentTurn, OpaqueEvent, UserTurn, event_type
+from ..log import read_events
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser("events", help="print the events of a run")
+    p.add_argument("run_dir")
+    p.add_argument("--episode", action="append", help="only this episode (repeatable)")
+    p.add_argument("--type", action="append", dest="types", help="only this event type (repeatable)")
+    p.add_argument("--json", action="store_true", help="one JSON object per line, as stored")
+    p.add_argument("--skip-corrupt", action="store_true", help="skip corrupt lines and count them")
+    p.set_defaults(handler=handle)
+
+
+def handle(args: argparse.Namespace) -> int:
+    stats: dict[str, int] = {}
+    out = sys.stdout
+    for event in read_events(args.run_dir, episodes=set(args.episode) if args.episode else None,
+                             types=set(args.types) if args.types else None, skip_corrupt=args.skip_corrupt,
+                             stats=stats):
+        out.write((encode(event).decode() if not isinstance(event, OpaqueEvent) else
+                   _json(to_builtins(event))) if args.json else describe(event))
+        out.write("\n")
+    if stats.get("corrupt"):
+        print(f"skipped {stats['corrupt']} corrupt line(s)", file=sys.stderr)
+    return 0
+
+
+def _json(obj: Any) -> str:
+    import json
+    return json.dumps(obj, ensure_ascii=False)
+
+
+def describe(event: Any) -> str:
+    """One readable line for an event."""
+    head = f"{event.ep or '-':>8} {event.seq:>4} t={event.t:9.2f} {event_type(event):<15}"
+    if isinstance(event, (UserTurn, AgentTurn)):
+        acts = " ".join(f"{a.act}({a.slot}{'=' + '|'.join(a.values) if a.values else ''})"
+                        for f in event.frames for a in f.actions)
+        return f"{head} {event.utterance!r}" + (f"  [{acts}]" if acts else "")
+    payload = {k: v for k, v in to_builtins(event).items() if k not in ("type", "run", "ep", "seq", "t", "wall", "v")}
+    payload.pop("scenario", None)
+    return f"{head} {_json(payload)}"

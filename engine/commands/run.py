@@ -1,0 +1,93 @@
+"""``dialogsim run``: simulate a batch of episodes into a run directory, or resume one."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from ..errors import UserError
+from ..session import RunConfig, resume_run, start_run
+
+
+def _options(pairs: list[str], flag: str) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise UserError(f"{flag} {pair!r}: expected KEY=VALUE")
+        out[key] = value
+    return out
+
+
+def _seed(text: str) -> int:
+    try:
+        value = int(text, 0)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"bad seed {text!r}: expected a non-negative integer") from None
+    if not 0 <= value < 2**63:
+        raise argparse.ArgumentTypeError(f"bad seed {text!r}: expected an integer in [0, 2**63)")
+    return value
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser("run", help="simulate episodes into a run directory (or --resume one)",
+                       description="Run simulated users against an agent, one episode per scenario, "
+                                   "logging every step as an event.")
+    p.add_argument("--out", help="run directory to create (must be absent or empty)")
+    p.add_argument("--resume", metavar="RUN_DIR", help="finish an interrupted or crashed run")
+    p.add_argument("--scenarios", help="scenario set name (sgd, builtin) or a pack directory (default: sgd)")
+    p.add_argument("--user", help="user simulator spec (default: the scenario set's)")
+    p.add_argument("--agent", help="agent spec, e.g. schema, http:URL, openai:URL (default: the scenario set's)")
+    p.add_argument("--episodes", type=int, default=100, help="number of episodes (default 100)")
+    p.add_argument("--seed", type=_seed, default=0, help="master seed (default 0)")
+    p.add_argument("--concurrency", type=int, default=32, help="episodes in flight at once (default 32)")
+    p.add_argument("--max-turns", type=int, default=50, help="turn limit per episode, counting both sides")
+    p.add_argument("--think", default="uniform:1,4", help="user think time model in virtual seconds")
+    p.add_argument("--latency", default="uniform:0.2,0.8", help="agent latency model in virtual seconds")
+    p.add_argument("--arrivals", default="all", help="'all' or 'poisson:RATE' (episodes per virtual second)")
+    p.add_argument("--durability", default="episode", choices=["none", "batch", "episode"],
+                   help="when events are fsynced (default: at every episode end)")
+    p.add_argument("--user-opt", action="append", default=[], metavar="KEY=VALUE", help="user option")
+    p.add_argument("--agent-opt", action="append", default=[], metavar="KEY=VALUE", help="agent option")
+    p.add_argument("--agent-model", help="model name for openai: agents")
+    p.add_argument("--agent-concurrency", type=int, help="bound on in-flight requests to a live agent")
+    p.add_argument("--agent-timeout", type=float, help="total timeout of one agent request in seconds")
+    p.add_argument("--agent-retries", type=int, help="retries of a failed agent request")
+    p.add_argument("--api-key-env", help="environment variable holding the agent's API key (never logged)")
+    p.add_argument("--price", metavar="IN,OUT", help="price per 1K input and output tokens, for cost")
+    p.add_argument("--no-progress", action="store_true", help="no progress display")
+    p.set_defaults(handler=handle)
+
+
+def handle(args: argparse.Namespace) -> int:
+    if args.resume:
+        if args.out:
+            raise UserError("give either --out (a new run) or --resume RUN_DIR, not both")
+        result = resume_run(args.resume, progress=not args.no_progress)
+    else:
+        if not args.out:
+            raise UserError("--out RUN_DIR is required (or --resume RUN_DIR)")
+        agent_options = _options(args.agent_opt, "--agent-opt")
+        for key, value in (("model", args.agent_model), ("concurrency", args.agent_concurrency),
+                           ("total_timeout", args.agent_timeout), ("retries", args.agent_retries),
+                           ("api_key_env", args.api_key_env)):
+            if value is not None:
+                agent_options[key] = value
+        if args.price:
+            try:
+                price_in, price_out = (float(x) for x in args.price.split(","))
+            except ValueError:
+                raise UserError(f"--price {args.price!r}: expected IN,OUT prices per 1K tokens") from None
+            agent_options.update(price_in_per_1k=price_in, price_out_per_1k=price_out)
+        config = RunConfig(scenarios=args.scenarios or "", user=args.user or "", agent=args.agent or "",
+                           episodes=args.episodes, seed=args.seed, concurrency=args.concurrency,
+                           max_turns=args.max_turns, think=args.think, latency=args.latency,
+                           arrivals=args.arrivals, durability=args.durability,
+                           user_options=_options(args.user_opt, "--user-opt"), agent_options=agent_options)
+        result = start_run(args.out, config, progress=not args.no_progress)
+    if result.status == "interrupted":
+        print(f"interrupted: {result.run_dir} (finish it with: dialogsim run --resume {result.run_dir})")
+        return 130
+    summary = ", ".join(f"{k} {v}" for k, v in sorted(result.counts.items()) if k != "episodes")
+    print(f"{result.status}: {result.counts.get('episodes', 0)} episodes in {result.run_dir} ({summary})")
+    return 0

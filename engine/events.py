@@ -1,0 +1,214 @@
+"""The event catalogue: every fact a run records, as msgspec Structs in one tagged union.
+
+Every event carries the envelope ``run, ep, seq, t, wall, v``: run id, episode id ("" for run-level
+events), a gapless per-episode sequence number from 0, virtual time in seconds, the unix time in
+nanoseconds at which it happened, and the schema version of its type. Tags are never renamed; a
+change to a type's payload bumps its ``v`` and registers an upcaster in ``engine.codec``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal, Union
+
+import msgspec
+
+# -- payload pieces (SGD-shaped so that the sgd projection is a plain copy) -------------------------
+
+
+class Act(msgspec.Struct, kw_only=True):
+    """One dialogue act: SGD's action, e.g. INFORM(cuisine=["Thai"]); slot is "" when there is none."""
+
+    act: str
+    slot: str = ""
+    values: list[str] = []
+    canonical_values: list[str] = []
+
+
+class SlotSpan(msgspec.Struct, kw_only=True):
+    """A non-categorical slot value located in the utterance: ``utterance[start:exclusive_end]``."""
+
+    slot: str
+    start: int
+    exclusive_end: int
+
+
+class DialogueState(msgspec.Struct, kw_only=True):
+    """SGD dialogue state of one service: active intent, slots requested this turn, cumulative values."""
+
+    active_intent: str = "NONE"
+    requested_slots: list[str] = []
+    slot_values: dict[str, list[str]] = {}
+
+
+class Frame(msgspec.Struct, kw_only=True):
+    """The annotations of one turn for one service: acts, slot spans and (user turns) the true state."""
+
+    service: str
+    actions: list[Act] = []
+    slots: list[SlotSpan] = []
+    state: DialogueState | None = None
+
+
+class Usage(msgspec.Struct, kw_only=True):
+    """Token usage of one agent turn, summed over its model calls."""
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+
+
+class EpisodeRef(msgspec.Struct, array_like=True):
+    """A point in another episode's history: (episode id, seq) - where a fork branched off."""
+
+    ep: str
+    seq: int
+
+
+# -- the envelope ---------------------------------------------------------------------------------
+
+
+class Event(msgspec.Struct, tag_field="type", kw_only=True):
+    """Envelope shared by every event type."""
+
+    run: str
+    ep: str
+    seq: int
+    t: float
+    wall: int
+    v: int = 1
+
+
+# -- run level -------------------------------------------------------------------------------------
+
+
+class RunStarted(Event, tag="run_started", kw_only=True):
+    """A run (or a resumption of it) began: its configuration, code version and master seed."""
+
+    config: dict[str, Any]
+    code_version: str
+    seed: int
+    resumed: bool = False
+
+
+class RunEnded(Event, tag="run_ended", kw_only=True):
+    """A run stopped: completed, interrupted or failed, with outcome counts."""
+
+    status: Literal["completed", "interrupted", "failed"]
+    counts: dict[str, int] = {}
+
+
+# -- episode level ---------------------------------------------------------------------------------
+
+
+class EpisodeStarted(Event, tag="episode_started", kw_only=True):
+    """An episode began: the scenario snapshot (so the log is self-contained), specs and seed."""
+
+    scenario_id: str
+    trial: int = 0
+    seed: int
+    scenario: dict[str, Any] = {}
+    user: str = ""
+    agent: str = ""
+    parent: EpisodeRef | None = None
+    branch: str | None = None
+
+
+class UserTurn(Event, tag="user_turn", kw_only=True):
+    """The user spoke: utterance, per-service frames with acts, spans and the user's true state."""
+
+    turn: int
+    utterance: str
+    frames: list[Frame] = []
+    end: bool = False
+    reaction: dict[str, Any] | None = None
+
+
+class AgentTurn(Event, tag="agent_turn", kw_only=True):
+    """The agent spoke: utterance, frames with acts, its tracked state, latency, usage and cost."""
+
+    turn: int
+    utterance: str
+    frames: list[Frame] = []
+    state: dict[str, DialogueState] | None = None
+    end: bool = False
+    latency: float = 0.0
+    usage: Usage | None = None
+    cost: float | None = None
+    action: str | None = None
+
+
+class ToolCalled(Event, tag="tool_called", kw_only=True):
+    """The agent called a tool (an SGD service intent): the engine will run it against the world."""
+
+    call_id: str
+    service: str
+    method: str
+    parameters: dict[str, Any] = {}
+
+
+class ToolReturned(Event, tag="tool_returned", kw_only=True):
+    """A tool call finished: its results, or the error it raised."""
+
+    call_id: str
+    results: list[dict[str, Any]] | None = None
+    error: str | None = None
+    latency: float = 0.0
+
+
+FaultWho = Literal["user", "agent", "tool", "engine"]
+FaultKind = Literal["timeout", "http_status", "protocol", "exception", "limit", "divergence"]
+
+
+class Fault(Event, tag="fault", kw_only=True):
+    """Something failed outside the dialogue itself: who failed, how, and on which attempt."""
+
+    who: FaultWho
+    kind: FaultKind
+    detail: str = ""
+    attempt: int = 0
+
+
+Outcome = Literal["success", "failure", "abandoned", "max_turns", "error"]
+
+
+class EpisodeEnded(Event, tag="episode_ended", kw_only=True):
+    """An episode ended, exactly once: outcome, reason, turn count and the inputs of rewards."""
+
+    outcome: Outcome
+    reason: str = ""
+    turns: int = 0
+    reward: dict[str, Any] = {}
+
+
+AnyEvent = Union[
+    RunStarted,
+    RunEnded,
+    EpisodeStarted,
+    UserTurn,
+    AgentTurn,
+    ToolCalled,
+    ToolReturned,
+    Fault,
+    EpisodeEnded,
+]
+
+EVENT_TYPES: dict[str, type[Event]] = {cls.__struct_config__.tag: cls for cls in AnyEvent.__args__}
+
+
+class OpaqueEvent(msgspec.Struct, kw_only=True):
+    """An event of a type this version does not know: the envelope plus the raw payload, kept intact."""
+
+    type: str
+    run: str = ""
+    ep: str = ""
+    seq: int = 0
+    t: float = 0.0
+    wall: int = 0
+    v: int = 1
+    data: dict[str, Any] = {}
+
+
+def event_type(event: Event | OpaqueEvent) -> str:
+    """The tag of an event ("user_turn", ...), also for opaque events."""
+    if isinstance(event, OpaqueEvent):
+        return event.type
+    return event.__struct_config__.tag

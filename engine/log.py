@@ -1,0 +1,300 @@
+"""The run directory: manifest, append-only JSONL event shards, batched writes and streaming readers.
+
+Layout::
+
+    RUN_DIR/manifest.json          config, seed, code version, shards, status, counts
+    RUN_DIR/events/shard-000.jsonl one event per line, append-only, one writer per shard
+    RUN_DIR/projections/<name>@v<k>/
+
+A writer opening a shard whose last line is torn (a crash mid-write) truncates it and says so; readers
+skip such a tail (the run may still be writing it). A corrupt line anywhere else is an error naming the
+file and the line, unless the caller asks to skip and count such lines.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any, Literal
+
+from .. import __version__
+from .codec import CorruptEvent, decode, encode_into
+from .errors import UserError
+from .events import EpisodeEnded, Event, OpaqueEvent, event_type
+from .oplog import get_logger
+
+FORMAT = "dialogsim-run"
+FORMAT_VERSION = 1
+Durability = Literal["none", "batch", "episode"]
+DURABILITY_CHOICES = ("none", "batch", "episode")
+
+_log = get_logger("log")
+_FLUSH_BYTES = 1 << 20
+_FSYNC_INTERVAL_S = 0.05  # group commit: episode ends within this window share one fsync
+
+
+class CorruptLog(UserError):
+    """A line in the middle of a shard is not an event."""
+
+
+class RunDir:
+    """A run directory on disk; ``manifest`` is its parsed manifest.json."""
+
+    def __init__(self, path: Path, manifest: dict[str, Any]) -> None:
+        self.path = path
+        self.manifest = manifest
+
+    @property
+    def events_dir(self) -> Path:
+        return self.path / "events"
+
+    @property
+    def projections_dir(self) -> Path:
+        return self.path / "projections"
+
+    @classmethod
+    def create(cls, path: str | Path, *, run_id: str, config: dict[str, Any], seed: int) -> RunDir:
+        """Make a new run directory; refuses a path that exists and is not an empty directory."""
+        path = Path(path)
+        if path.exists():
+            if not path.is_dir():
+                raise UserError(f"{path}: exists and is not a directory")
+            if any(path.iterdir()):
+                raise UserError(f"{path}: output directory is not empty (use --resume to continue a run there)")
+        manifest = {
+            "format": FORMAT,
+            "format_version": FORMAT_VERSION,
+            "run_id": run_id,
+            "code_version": __version__,
+            "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "seed": seed,
+            "config": config,
+            "shards": ["events/shard-000.jsonl"],
+            "status": "running",
+            "counts": {},
+        }
+        (path / "events").mkdir(parents=True, exist_ok=True)
+        (path / "projections").mkdir(exist_ok=True)
+        run = cls(path, manifest)
+        run.save_manifest()
+        return run
+
+    @classmethod
+    def open(cls, path: str | Path) -> RunDir:
+        """Open an existing run directory, checking that it is a dialogsim run this version can read."""
+        path = Path(path)
+        manifest_path = path / "manifest.json"
+        if not path.is_dir():
+            raise UserError(f"{path}: no such run directory")
+        try:
+            manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise UserError(f"{manifest_path}: missing; {path} is not a dialogsim run directory") from None
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise UserError(f"{manifest_path}: unreadable ({exc})") from None
+        if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+            raise UserError(f"{manifest_path}: not a dialogsim run manifest (format is not {FORMAT!r})")
+        if manifest.get("format_version", 0) > FORMAT_VERSION:
+            raise UserError(f"{manifest_path}: run format v{manifest.get('format_version')} is newer than "
+                            f"this dialogsim reads (v{FORMAT_VERSION})")
+        return cls(path, manifest)
+
+    def shards(self) -> list[Path]:
+        """The event shard files listed in the manifest that exist on disk."""
+        return [p for p in (self.path / s for s in self.manifest.get("shards", [])) if p.exists()]
+
+    def save_manifest(self) -> None:
+        """Write manifest.json atomically (temp file, fsync, rename)."""
+        tmp = self.path / "manifest.json.tmp"
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump(self.manifest, f, indent=2, sort_keys=True)
+            f.write("\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, self.path / "manifest.json")
+
+
+def repair_torn_tail(shard: Path) -> int:
+    """Truncate a shard after its last complete line; returns the number of bytes cut (0 if none)."""
+    size = shard.stat().st_size
+    if size == 0:
+        return 0
+    with open(shard, "rb+") as f:
+        f.seek(size - 1)
+        if f.read(1) == b"\n":
+            return 0
+        keep = _last_newline_end(f, size)
+        f.truncate(keep)
+        f.flush()
+        os.fsync(f.fileno())
+    cut = size - keep
+    _log.warning("torn tail truncated", shard=str(shard), bytes=cut)
+    return cut
+
+
+def _last_newline_end(f: Any, size: int) -> int:
+    pos = size
+    while pos > 0:
+        step = min(65536, pos)
+        pos -= step
+        f.seek(pos)
+        chunk = f.read(step)
+        idx = chunk.rfind(b"\n")
+        if idx >= 0:
+            return pos + idx + 1
+    return 0
+
+
+class LogWriter:
+    """Appends events to one shard with batched writes; ``durability`` decides when it fsyncs.
+
+    none: never fsync (the OS flushes); batch: write when the buffer fills, fsync on close;
+    episode: write at every episode end and fsync (group commit: ends within 50 ms share one fsync).
+    A write() reaching the OS survives the writer being killed; fsync guards against a machine crash.
+    """
+
+    def __init__(self, shard: Path, durability: Durability = "episode") -> None:
+        if durability not in DURABILITY_CHOICES:
+            raise UserError(f"unknown durability {durability!r}; choose one of {', '.join(DURABILITY_CHOICES)}")
+        shard.parent.mkdir(parents=True, exist_ok=True)
+        if shard.exists():
+            repair_torn_tail(shard)
+        self.shard = shard
+        self.durability = durability
+        self._file = open(shard, "ab", buffering=0)
+        self._buffer = bytearray()
+        self._last_fsync = 0.0
+        self._dirty = False
+        self.events_written = 0
+
+    def append(self, event: Event) -> None:
+        """Queue one event; it reaches the file at the next flush."""
+        encode_into(event, self._buffer)
+        self.events_written += 1
+        if len(self._buffer) >= _FLUSH_BYTES:
+            self.flush()
+
+    def episode_done(self) -> None:
+        """An episode ended: with ``episode`` durability, its events reach the disk now."""
+        if self.durability == "episode":
+            self.flush()
+            now = time.monotonic()
+            if now - self._last_fsync >= _FSYNC_INTERVAL_S:
+                self.sync()
+
+    def flush(self) -> None:
+        """Hand buffered events to the OS."""
+        if self._buffer:
+            self._file.write(self._buffer)
+            self._buffer.clear()
+            self._dirty = True
+
+    def sync(self) -> None:
+        """Flush and fsync."""
+        self.flush()
+        if self._dirty and self.durability != "none":
+            os.fsync(self._file.fileno())
+            self._dirty = False
+        self._last_fsync = time.monotonic()
+
+    def close(self) -> None:
+        """Flush, fsync (unless durability is none) and close."""
+        if self._file.closed:
+            return
+        self.sync()
+        self._file.close()
+
+
+def write_events(path: str | Path, events: Iterable[Event], *, run_id: str, config: dict[str, Any],
+                 seed: int = 0, durability: Durability = "batch") -> RunDir:
+    """Create a run directory holding ``events`` (importers use this); status completed when done."""
+    run = RunDir.create(path, run_id=run_id, config=config, seed=seed)
+    writer = LogWriter(run.path / run.manifest["shards"][0], durability)
+    counts: dict[str, int] = {}
+    try:
+        for event in events:
+            writer.append(event)
+            if isinstance(event, EpisodeEnded):
+                counts[event.outcome] = counts.get(event.outcome, 0) + 1
+                counts["episodes"] = counts.get("episodes", 0) + 1
+    finally:
+        writer.close()
+    run.manifest.update(status="completed", counts=counts)
+    run.save_manifest()
+    return run
+
+
+# -- reading ----------------------------------------------------------------------------------------
+
+_READ_CHUNK = 8 << 20
+
+
+def _as_run(run: RunDir | str | Path) -> RunDir:
+    return run if isinstance(run, RunDir) else RunDir.open(run)
+
+
+def read_shard(shard: Path, *, skip_corrupt: bool = False, stats: dict[str, int] | None = None) -> Iterator[Event | OpaqueEvent]:
+    """Stream the events of one shard; a torn last line is skipped with a warning."""
+    lineno = 0
+    with open(shard, "rb") as f:
+        rest = b""
+        while True:
+            chunk = f.read(_READ_CHUNK)
+            if not chunk:
+                break
+            lines = (rest + chunk).split(b"\n")
+            rest = lines.pop()
+            for line in lines:
+                lineno += 1
+                if not line:
+                    continue
+                try:
+                    yield decode(line)
+                except CorruptEvent as exc:
+                    if not skip_corrupt:
+                        raise CorruptLog(f"{shard}: line {lineno}: corrupt event ({exc}); "
+                                         "use --skip-corrupt to skip such lines") from None
+                    if stats is not None:
+                        stats["corrupt"] = stats.get("corrupt", 0) + 1
+                    _log.warning("corrupt line skipped", shard=str(shard), line=lineno, error=str(exc))
+        if rest.strip():
+            if stats is not None:
+                stats["torn"] = stats.get("torn", 0) + 1
+            _log.warning("torn last line ignored", shard=str(shard), line=lineno + 1, bytes=len(rest))
+
+
+def read_events(run: RunDir | str | Path, *, episodes: set[str] | None = None, types: set[str] | None = None,
+                skip_corrupt: bool = False, stats: dict[str, int] | None = None) -> Iterator[Event | OpaqueEvent]:
+    """Stream every event of a run in log order, optionally only some episodes and event types."""
+    for shard in _as_run(run).shards():
+        for event in read_shard(shard, skip_corrupt=skip_corrupt, stats=stats):
+            if episodes is not None and event.ep not in episodes:
+                continue
+            if types is not None and event_type(event) not in types:
+                continue
+            yield event
+
+
+def read_episodes(run: RunDir | str | Path, *, episodes: set[str] | None = None, include_unfinished: bool = False,
+                  skip_corrupt: bool = False, stats: dict[str, int] | None = None) -> Iterator[list[Event | OpaqueEvent]]:
+    """Yield each episode's events (seq order) as soon as its ``episode_ended`` is read.
+
+    Memory holds only the episodes still open, so it is bounded by the run's concurrency, not its size.
+    With ``include_unfinished``, episodes that never ended are yielded last, in the order they started.
+    """
+    open_episodes: dict[str, list[Event | OpaqueEvent]] = {}
+    for event in read_events(run, episodes=episodes, skip_corrupt=skip_corrupt, stats=stats):
+        if not event.ep:
+            continue
+        events = open_episodes.get(event.ep)
+        if events is None:
+            events = open_episodes[event.ep] = []
+        events.append(event)
+        if isinstance(event, EpisodeEnded):
+            del open_episodes[event.ep]
+            yield events
+    if include_unfinished:
+        yield from open_episodes.values()

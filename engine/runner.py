@@ -1,0 +1,293 @@
+"""The episode loop and the batch: users meet agents on simpy's clock and every step becomes an event.
+
+An episode: the user opens; the agent answers (its tool calls run against the scenario's world and are
+logged); and so on until the user leaves, the agent ends, the turn limit, or an error. Resuming an
+episode replays it against its logged prefix (the tape): deterministic users and agents are run again
+and must reproduce the tape; live agents' replies are taken from it; new events continue the episode.
+"""
+
+from __future__ import annotations
+
+import inspect
+import time
+from collections.abc import Callable, Generator, Iterable
+from typing import Any
+
+import msgspec
+import simpy
+
+from ..agents.base import AgentFailure, AgentReply, FaultReport, Observation, ToolCall
+from ..scenarios.base import EpisodeContext, ScenarioSet, ToolResult
+from ..users.base import UserReply, Verdict
+from .driver import Driver
+from .events import (AgentTurn, EpisodeEnded, EpisodeStarted, Event, Fault, ToolCalled,
+                     ToolReturned, UserTurn)
+from .seeding import episode_seed, stream
+from .timing import Arrivals, Delay
+
+
+class RunSettings(msgspec.Struct, kw_only=True):
+    """Everything that shapes a batch besides the user, the agent and the scenarios."""
+
+    seed: int = 0
+    episodes: int = 10
+    concurrency: int = 32
+    max_turns: int = 50
+    max_tool_rounds: int = 8
+    think: Delay = Delay("fixed", 0.0)
+    latency: Delay = Delay("fixed", 0.0)
+    arrivals: Arrivals = Arrivals("all")
+
+
+class Sink:
+    """Where events go: the log writer, or a list in tests."""
+
+    def append(self, event: Event) -> None: ...
+
+    def episode_done(self) -> None: ...
+
+
+class Divergence(Exception):
+    """A re-run of a logged episode prefix produced a different event than the log holds."""
+
+
+class Job(msgspec.Struct):
+    """One episode to run: its index in the run, and its logged prefix when resuming."""
+
+    index: int
+    tape: list[Event] = []
+
+
+def episode_id(index: int) -> str:
+    """The id of the ``index``-th episode of a run."""
+    return f"e{index:06d}"
+
+
+class _Recorder:
+    """Stamps one episode's events with the envelope, checks them against the tape, and sinks them."""
+
+    __slots__ = ("run", "ep", "env", "sink", "tape", "seq")
+
+    def __init__(self, run: str, ep: str, env: simpy.Environment, sink: Sink, tape: list[Event]) -> None:
+        self.run, self.ep, self.env, self.sink, self.tape, self.seq = run, ep, env, sink, tape, 0
+
+    @property
+    def replaying(self) -> bool:
+        return self.seq < len(self.tape)
+
+    def emit(self, cls: type[Event], **payload: Any) -> Any:
+        event = cls(run=self.run, ep=self.ep, seq=self.seq, t=self.env.now, wall=time.time_ns(), **payload)
+        if self.seq < len(self.tape):
+            logged = self.tape[self.seq]
+            if msgspec.structs.replace(event, t=logged.t, wall=logged.wall) != logged:
+                raise Divergence(f"event {self.seq} differs from the log: expected {type(logged).__name__}, "
+                                 f"re-run gave {type(event).__name__}")
+            event = logged
+        else:
+            self.sink.append(event)
+        self.seq += 1
+        return event
+
+    def taped_agent_step(self) -> AgentReply | None:
+        """The agent's next step read back from the tape (for agents that cannot be re-run)."""
+        tape, i = self.tape, self.seq
+        faults = []
+        while i < len(tape) and isinstance(tape[i], Fault) and tape[i].who == "agent":
+            faults.append(FaultReport(kind=tape[i].kind, detail=tape[i].detail, attempt=tape[i].attempt))
+            i += 1
+        calls = []
+        while i < len(tape) and isinstance(tape[i], (ToolCalled, ToolReturned)):
+            if isinstance(tape[i], ToolCalled):
+                calls.append(ToolCall(service=tape[i].service, method=tape[i].method,
+                                      parameters=tape[i].parameters, call_id=tape[i].call_id))
+            i += 1
+        if calls:
+            return AgentReply(tool_calls=calls, faults=faults)
+        if i < len(tape) and isinstance(tape[i], AgentTurn):
+            turn = tape[i]
+            return AgentReply(utterance=turn.utterance, frames=turn.frames, state=turn.state, end=turn.end,
+                              usage=turn.usage, cost=turn.cost, action=turn.action, latency=turn.latency,
+                              faults=faults)
+        if i < len(tape) and isinstance(tape[i], EpisodeEnded) and faults:
+            raise AgentFailure(faults[-1].detail, faults)
+        return None
+
+
+class Batch:
+    """Runs a list of jobs on one simpy clock with at most ``concurrency`` episodes at a time."""
+
+    def __init__(self, *, run_id: str, scenarios: ScenarioSet, make_user: Callable[[], Any],
+                 make_agent: Callable[[], Any], settings: RunSettings, sink: Sink, user_spec: str = "",
+                 agent_spec: str = "", on_episode_end: Callable[[EpisodeEnded], None] | None = None) -> None:
+        self.run_id = run_id
+        self.scenarios = scenarios
+        self.make_user = make_user
+        self.make_agent = make_agent
+        self.settings = settings
+        self.sink = sink
+        self.user_spec = user_spec
+        self.agent_spec = agent_spec
+        self.on_episode_end = on_episode_end
+        self.env = simpy.Environment()
+        self.driver = Driver(self.env)
+
+    async def run(self, jobs: Iterable[Job]) -> None:
+        """Run every job to its ``episode_ended``; raises Interrupted when stopped."""
+        jobs = sorted(jobs, key=lambda j: (not j.tape, j.tape[0].t if j.tape else 0.0, j.index))
+        if self.settings.arrivals.kind == "poisson":
+            self.env.process(self._poisson(jobs))
+        else:
+            queue = iter(jobs)
+            for _ in range(min(self.settings.concurrency, len(jobs))):
+                self.env.process(self._worker(queue))
+        await self.driver.run()
+
+    def _worker(self, queue: Iterable[Job]) -> Generator[Any, Any, None]:
+        for job in queue:
+            yield from self._episode(job)
+
+    def _poisson(self, jobs: list[Job]) -> Generator[Any, Any, None]:
+        slots = simpy.Resource(self.env, capacity=self.settings.concurrency)
+        rng = stream(self.settings.seed, "arrivals")
+        for job in jobs:
+            if not job.tape:
+                yield self.env.timeout(rng.expovariate(self.settings.arrivals.rate))
+            self.env.process(self._queued(job, slots))
+
+    def _queued(self, job: Job, slots: simpy.Resource) -> Generator[Any, Any, None]:
+        with slots.request() as slot:
+            yield slot
+            yield from self._episode(job)
+
+    def _call(self, result: Any) -> Generator[Any, Any, Any]:
+        """Turn a plain result or an awaitable into a value; only awaitables cost a driver hop."""
+        if inspect.isawaitable(result):
+            return (yield self.driver.wait(result))
+        return result
+
+    def _episode(self, job: Job) -> Generator[Any, Any, None]:
+        env, settings = self.env, self.settings
+        if job.tape and job.tape[0].t > env.now:
+            yield env.timeout(job.tape[0].t - env.now)
+        scenario, trial = self.scenarios.draw(job.index, settings.seed)
+        seed = episode_seed(settings.seed, scenario.id, trial)
+        rec = _Recorder(self.run_id, episode_id(job.index), env, self.sink, job.tape)
+        timing = stream(seed, "timing")
+        tools = self.scenarios.tools(scenario)
+        rec.emit(EpisodeStarted, scenario_id=scenario.id, trial=trial, seed=seed,
+                 scenario=msgspec.to_builtins(scenario), user=self.user_spec, agent=self.agent_spec)
+        outcome: tuple[str, str, dict[str, Any]] | None = None
+        turn = 0
+        user = None
+        try:
+            user = self.make_user()
+            agent = self.make_agent()
+            world = self.scenarios.world(scenario, stream(seed, "world"))
+            user.start(EpisodeContext(episode_id=rec.ep, scenario=scenario, tools=tools,
+                                      rng=stream(seed, "user"), seed=seed))
+            agent.start(EpisodeContext(episode_id=rec.ep, scenario=scenario, tools=tools,
+                                       rng=stream(seed, "agent"), seed=seed))
+            history: list[Event] = []
+            reply: UserReply | None = yield from self._user_step(rec, user, None)
+            while True:
+                if reply is None:
+                    outcome = _verdict(user, "abandoned", "the user left without a word")
+                    break
+                think = reply.think if reply.think is not None else settings.think.sample(timing)
+                if think > 0:
+                    yield env.timeout(think)
+                said = rec.emit(UserTurn, turn=turn, utterance=reply.utterance, frames=reply.frames,
+                                end=reply.end, reaction=reply.reaction)
+                history.append(said)
+                turn += 1
+                answer = yield from self._agent_turn(rec, agent, world, said, history, turn)
+                latency = answer.latency if answer.latency is not None else settings.latency.sample(timing)
+                if latency > 0:
+                    yield env.timeout(latency)
+                spoken = rec.emit(AgentTurn, turn=turn, utterance=answer.utterance, frames=answer.frames,
+                                  state=answer.state, end=answer.end, latency=latency, usage=answer.usage,
+                                  cost=answer.cost, action=answer.action)
+                history.append(spoken)
+                turn += 1
+                if said.end or spoken.end:
+                    outcome = _verdict(user)
+                    break
+                if turn >= settings.max_turns:
+                    outcome = ("max_turns", f"reached the limit of {settings.max_turns} turns", {})
+                    break
+                reply = yield from self._user_step(rec, user, spoken)
+        except _EpisodeError as exc:
+            outcome = ("error", exc.reason, {})
+        except Divergence as exc:
+            rec.tape = rec.tape[: rec.seq]  # stop checking: record what happened from here on
+            rec.emit(Fault, who="engine", kind="divergence", detail=str(exc))
+            outcome = ("error", f"resume diverged from the log: {exc}", {})
+        except Exception as exc:  # a bug in a user, agent or world must not sink the batch
+            rec.emit(Fault, who="engine", kind="exception", detail=_describe(exc))
+            outcome = ("error", f"engine error: {_describe(exc)}", {})
+        kind, reason, reward = outcome
+        ended = rec.emit(EpisodeEnded, outcome=kind, reason=reason, turns=turn, reward=reward)
+        self.sink.episode_done()
+        if self.on_episode_end is not None:
+            self.on_episode_end(ended)
+
+    def _user_step(self, rec: _Recorder, user: Any, agent_turn: AgentTurn | None) -> Generator[Any, Any, Any]:
+        try:
+            return (yield from self._call(user.respond(agent_turn)))
+        except Exception as exc:
+            rec.emit(Fault, who="user", kind="exception", detail=_describe(exc))
+            raise _EpisodeError(f"user failed: {_describe(exc)}") from None
+
+    def _agent_turn(self, rec: _Recorder, agent: Any, world: Any, said: UserTurn, history: list[Event],
+                    turn: int) -> Generator[Any, Any, AgentReply]:
+        results: list[ToolResult] = []
+        for _ in range(self.settings.max_tool_rounds + 1):
+            obs = Observation(user=said, history=history, tool_results=results, turn_index=turn)
+            try:
+                answer = rec.taped_agent_step() if rec.replaying and not agent.deterministic else None
+                if answer is None:
+                    answer = yield from self._call(agent.respond(obs))
+            except AgentFailure as exc:
+                for f in exc.faults:
+                    rec.emit(Fault, who="agent", kind=f.kind, detail=f.detail, attempt=f.attempt)
+                raise _EpisodeError(f"agent failed: {exc.detail}") from None
+            except Exception as exc:
+                rec.emit(Fault, who="agent", kind="exception", detail=_describe(exc))
+                raise _EpisodeError(f"agent failed: {_describe(exc)}") from None
+            for f in answer.faults:
+                rec.emit(Fault, who="agent", kind=f.kind, detail=f.detail, attempt=f.attempt)
+            if not answer.tool_calls:
+                return answer
+            results = []
+            for n, call in enumerate(answer.tool_calls):
+                call_id = call.call_id or f"{rec.ep}-{rec.seq}-{n}"
+                history.append(rec.emit(ToolCalled, call_id=call_id, service=call.service, method=call.method,
+                                        parameters=call.parameters))
+                try:
+                    rows, error = world.call(call.service, call.method, call.parameters)
+                except Exception as exc:
+                    rec.emit(Fault, who="tool", kind="exception", detail=_describe(exc))
+                    rows, error = None, f"tool failed: {_describe(exc)}"
+                history.append(rec.emit(ToolReturned, call_id=call_id, results=rows, error=error))
+                results.append(ToolResult(call_id=call_id, results=rows, error=error))
+        rec.emit(Fault, who="agent", kind="limit",
+                 detail=f"more than {self.settings.max_tool_rounds} tool rounds in one turn")
+        raise _EpisodeError(f"agent exceeded {self.settings.max_tool_rounds} tool rounds in one turn")
+
+
+class _EpisodeError(Exception):
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+def _verdict(user: Any, default: str | None = None, reason: str = "") -> tuple[str, str, dict[str, Any]]:
+    verdict: Verdict = user.verdict()
+    if default is not None and verdict.outcome == "success":
+        return (default, reason, verdict.reward)
+    return (verdict.outcome, verdict.reason, verdict.reward)
+
+
+def _describe(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"[:500]
+

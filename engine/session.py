@@ -1,0 +1,209 @@
+"""Running a batch into a run directory: new runs, resumed runs, progress, interruption.
+
+This is the I/O edge around ``runner.Batch``: it owns the run directory, the log writer, signals and
+the progress display. ``dialogsim run`` is a thin layer over ``start_run`` and ``resume_run``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import json
+import signal
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import msgspec
+from tqdm import tqdm
+
+from .. import __version__
+from . import registry
+from .driver import Interrupted
+from .errors import UserError
+from .events import EpisodeEnded, Event, RunEnded, RunStarted
+from .log import DURABILITY_CHOICES, LogWriter, RunDir, read_episodes, read_events
+from .oplog import get_logger
+from .runner import Batch, Job, RunSettings, episode_id
+from .seeding import stable_hash
+from .timing import parse_arrivals, parse_delay
+
+_log = get_logger("run")
+
+
+class RunConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """What a run is: recorded in the manifest and in ``run_started``, and reused by ``--resume``."""
+
+    scenarios: str = ""
+    user: str = ""
+    agent: str = ""
+    episodes: int = 10
+    seed: int = 0
+    concurrency: int = 32
+    max_turns: int = 50
+    think: str = "uniform:1,4"
+    latency: str = "uniform:0.2,0.8"
+    arrivals: str = "all"
+    durability: str = "episode"
+    user_options: dict[str, Any] = {}
+    agent_options: dict[str, Any] = {}
+
+
+class RunResult(msgspec.Struct, kw_only=True):
+    """How a run (or its resumption) finished."""
+
+    run_dir: Path
+    status: str
+    counts: dict[str, int]
+    ran: int
+
+
+def validate(config: RunConfig) -> RunSettings:
+    """Check a config and turn it into engine settings; every problem is one UserError line."""
+    if config.episodes < 0:
+        raise UserError(f"--episodes must be >= 0, got {config.episodes}")
+    if config.concurrency < 1:
+        raise UserError(f"--concurrency must be >= 1, got {config.concurrency}")
+    if config.max_turns < 2:
+        raise UserError(f"--max-turns must be >= 2, got {config.max_turns}")
+    if not 0 <= config.seed < 2**63:
+        raise UserError(f"--seed must be an integer in [0, 2**63), got {config.seed}")
+    if config.durability not in DURABILITY_CHOICES:
+        raise UserError(f"--durability must be one of {', '.join(DURABILITY_CHOICES)}, got {config.durability!r}")
+    return RunSettings(seed=config.seed, episodes=config.episodes, concurrency=config.concurrency,
+                       max_turns=config.max_turns, think=parse_delay(config.think, "--think"),
+                       latency=parse_delay(config.latency, "--latency"), arrivals=parse_arrivals(config.arrivals))
+
+
+def run_id_for(config: RunConfig) -> str:
+    """A run id that depends only on the config, so the same seed gives the same events."""
+    return f"run-{stable_hash(json.dumps(msgspec.to_builtins(config), sort_keys=True)):016x}"
+
+
+def start_run(out: str | Path, config: RunConfig, *, progress: bool = True) -> RunResult:
+    """Run a new batch into the empty (or absent) directory ``out``."""
+    settings = validate(config)
+    scenarios = registry.load_scenarios(config.scenarios or None)
+    config = msgspec.structs.replace(config, scenarios=config.scenarios or registry.DEFAULT_SCENARIOS,
+                                     user=config.user or scenarios.default_user,
+                                     agent=config.agent or scenarios.default_agent)
+    make_user = registry.user_factory(config.user, scenarios, config.user_options)
+    make_agent = registry.agent_factory(config.agent, scenarios, config.agent_options)
+    run = RunDir.create(out, run_id=run_id_for(config), config=msgspec.to_builtins(config), seed=config.seed)
+    jobs = [Job(i) for i in range(config.episodes)]
+    return _execute(run, config, settings, scenarios, make_user, make_agent, jobs, Counter(), 0, progress)
+
+
+def resume_run(out: str | Path, *, progress: bool = True) -> RunResult:
+    """Finish a run: skip ended episodes, continue unfinished ones from their logged prefix, run the rest."""
+    run = RunDir.open(out)
+    try:
+        config = msgspec.convert(run.manifest.get("config"), RunConfig)
+    except msgspec.ValidationError as exc:
+        raise UserError(f"{run.path / 'manifest.json'}: bad config ({exc})") from None
+    settings = validate(config)
+    scenarios = registry.load_scenarios(config.scenarios)
+    make_user = registry.user_factory(config.user, scenarios, config.user_options)
+    make_agent = registry.agent_factory(config.agent, scenarios, config.agent_options)
+    # Repair torn tails before reading, so the tapes match what the writer will append to.
+    for shard in run.shards():
+        LogWriter(shard, "none").close()
+    counts: Counter[str] = Counter()
+    tapes: dict[str, list[Event]] = {}
+    ended: set[str] = set()
+    for events in read_episodes(run, include_unfinished=True):
+        last = events[-1]
+        if isinstance(last, EpisodeEnded):
+            ended.add(last.ep)
+            counts[last.outcome] += 1
+        else:
+            tapes[last.ep] = events
+    run_seq = sum(1 for e in read_events(run, types={"run_started", "run_ended"}))
+    jobs = [Job(i, tapes.get(episode_id(i), [])) for i in range(config.episodes) if episode_id(i) not in ended]
+    _log.info("resuming", run=str(run.path), ended=len(ended), unfinished=len(tapes),
+              not_started=len(jobs) - len(tapes))
+    return _execute(run, config, settings, scenarios, make_user, make_agent, jobs, counts, run_seq, progress,
+                    resumed=True)
+
+
+def _execute(run: RunDir, config: RunConfig, settings: RunSettings, scenarios: Any, make_user: Any,
+             make_agent: Any, jobs: list[Job], counts: Counter[str], run_seq: int, progress: bool,
+             resumed: bool = False) -> RunResult:
+    run_id = run.manifest["run_id"]
+    writer = LogWriter(run.path / run.manifest["shards"][0], config.durability)
+    writer.append(RunStarted(run=run_id, ep="", seq=run_seq, t=0.0, wall=time.time_ns(),
+                             config=msgspec.to_builtins(config), code_version=__version__, seed=config.seed,
+                             resumed=resumed))
+    run.manifest["status"] = "running"
+    run.save_manifest()
+    bar = tqdm(total=len(jobs), unit="ep", desc="episodes", disable=not (progress and sys.stderr.isatty()),
+               file=sys.stderr, mininterval=0.25)
+    ticker = _Ticker(len(jobs), enabled=progress and not sys.stderr.isatty())
+
+    def episode_ended(event: EpisodeEnded) -> None:
+        counts[event.outcome] += 1
+        bar.update(1)
+        ticker.tick()
+
+    batch = Batch(run_id=run_id, scenarios=scenarios, make_user=make_user, make_agent=make_agent,
+                  settings=settings, sink=writer, user_spec=config.user, agent_spec=config.agent,
+                  on_episode_end=episode_ended)
+    status = "completed"
+    previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+
+    def stop(signum: int, frame: Any) -> None:
+        batch.driver.stop_requested = True
+
+    for s in previous:
+        signal.signal(s, stop)
+    try:
+        asyncio.run(_run_batch(batch, jobs, make_user, make_agent))
+    except Interrupted:
+        status = "interrupted"
+    except BaseException:
+        status = "failed"
+        raise
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+        bar.close()
+        total = dict(counts)
+        total["episodes"] = sum(counts.values())
+        writer.append(RunEnded(run=run_id, ep="", seq=run_seq + 1, t=batch.env.now, wall=time.time_ns(),
+                               status=status, counts=total))
+        writer.close()
+        run.manifest.update(status=status, counts=total)
+        run.save_manifest()
+    ran = sum(counts.values())
+    _log.info("run " + status, run=str(run.path), **{k: v for k, v in sorted(total.items())})
+    return RunResult(run_dir=run.path, status=status, counts=total, ran=ran)
+
+
+async def _run_batch(batch: Batch, jobs: list[Job], *factories: Any) -> None:
+    try:
+        await batch.run(jobs)
+    finally:
+        for factory in factories:
+            close = getattr(factory, "aclose", None)
+            if close is not None:
+                result = close()
+                if inspect.isawaitable(result):
+                    await result
+
+
+class _Ticker:
+    """Progress for non-terminal stderr: one log line every few seconds."""
+
+    def __init__(self, total: int, enabled: bool, every: float = 5.0) -> None:
+        self.total, self.enabled, self.every = total, enabled, every
+        self.done = 0
+        self.next_at = time.monotonic() + every
+
+    def tick(self) -> None:
+        self.done += 1
+        if self.enabled and (self.done & 63) == 0 and time.monotonic() >= self.next_at:
+            self.next_at = time.monotonic() + self.every
+            _log.info("progress", episodes=self.done, of=self.total)
+

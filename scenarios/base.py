@@ -1,0 +1,75 @@
+"""The Scenario model and the protocols a scenario set and its world implement."""
+
+from __future__ import annotations
+
+import random
+from typing import Any, Protocol
+
+import msgspec
+
+
+class Scenario(msgspec.Struct, kw_only=True):
+    """One thing to simulate: an id, a kind ("scripted", "sgd", ...) and the data users and agents read.
+
+    ``data`` is snapshotted into ``episode_started`` so that a log never needs the pack it came from.
+    """
+
+    id: str
+    kind: str
+    data: dict[str, Any] = {}
+
+
+class ToolSpec(msgspec.Struct, kw_only=True):
+    """A tool the agent may call: an SGD service intent, its parameters as a JSON Schema object."""
+
+    service: str
+    method: str
+    description: str = ""
+    parameters: dict[str, Any] = {}
+    transactional: bool = False
+
+
+class ToolResult(msgspec.Struct, kw_only=True):
+    """What a tool call gave back: result rows, or an error message."""
+
+    call_id: str
+    results: list[dict[str, Any]] | None = None
+    error: str | None = None
+
+
+class World(Protocol):
+    """The simulated backend of one episode: executes service calls, deterministically per seed."""
+
+    def call(self, service: str, method: str, parameters: dict[str, Any]) -> tuple[list[dict[str, Any]] | None, str | None]:
+        """Run one call: (results, None) on success or (None, error message) when it fails."""
+        ...
+
+
+class ScenarioSet(Protocol):
+    """A named source of scenarios with the user and agent it runs by default."""
+
+    name: str
+    default_user: str
+    default_agent: str
+
+    def draw(self, index: int, seed: int) -> tuple[Scenario, int]:
+        """The scenario of the ``index``-th episode of a run with master seed ``seed``, and its trial."""
+        ...
+
+    def world(self, scenario: Scenario, rng: random.Random) -> World:
+        """A fresh world for one episode of ``scenario``."""
+        ...
+
+    def tools(self, scenario: Scenario) -> list[ToolSpec]:
+        """The tools an agent may call in ``scenario``."""
+        ...
+
+
+class EpisodeContext(msgspec.Struct, kw_only=True):
+    """What a user or agent is told when its episode starts; ``rng`` is its own random stream."""
+
+    episode_id: str
+    scenario: Scenario
+    tools: list[ToolSpec]
+    rng: random.Random
+    seed: int

@@ -1,0 +1,58 @@
+"""The scripted user: says fixed lines in order (golden inputs), whatever the agent answers."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from ..engine.events import AgentTurn
+from ..engine.registry import register_user
+from ..scenarios.base import EpisodeContext
+from .base import UserReply, Verdict
+
+
+class ScriptedUser:
+    """Speaks ``lines`` (or the scenario's ``data["user"]`` lines) one per agent turn; the last one ends."""
+
+    deterministic = True
+
+    def __init__(self, lines: list[UserReply] | None = None) -> None:
+        self._fixed = lines
+        self.lines: list[UserReply] = []
+        self.said = 0
+        self.agent_ended_early = False
+
+    def start(self, ctx: EpisodeContext) -> None:
+        lines = self._fixed if self._fixed is not None else script_lines(ctx.scenario.data.get("user", []))
+        self.lines = list(lines)
+        if self.lines and not self.lines[-1].end:
+            self.lines[-1] = msgspec.structs.replace(self.lines[-1], end=True)
+        self.said = 0
+
+    def respond(self, agent: AgentTurn | None) -> UserReply | None:
+        if agent is not None and agent.end and self.said < len(self.lines):
+            self.agent_ended_early = True
+        if self.said >= len(self.lines):
+            return None
+        line = self.lines[self.said]
+        self.said += 1
+        return line
+
+    def verdict(self) -> Verdict:
+        if self.said < len(self.lines) or self.agent_ended_early:
+            return Verdict(outcome="failure", reason=f"script stopped after {self.said} of {len(self.lines)} lines",
+                           reward={"lines": self.said})
+        return Verdict(outcome="success", reason="script completed", reward={"lines": self.said})
+
+
+def script_lines(raw: list[Any]) -> list[UserReply]:
+    """User lines from JSON: strings or objects with the fields of UserReply."""
+    return [UserReply(utterance=x) if isinstance(x, str) else msgspec.convert(x, UserReply) for x in raw]
+
+
+def _factory(arg: str | None, scenarios: Any, options: dict[str, Any]):
+    return ScriptedUser
+
+
+register_user("scripted", _factory)
