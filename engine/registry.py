@@ -20,6 +20,7 @@ BUILTIN_MODULES = [
     "dialogsim.scenarios.builtin",
     "dialogsim.users.scripted",
     "dialogsim.agents.scripted",
+    "dialogsim.scenarios.sgd.scenario_set",
 ]
 
 DEFAULT_SCENARIOS = "builtin"

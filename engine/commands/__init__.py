@@ -3,4 +3,5 @@
 COMMANDS = [
     "run",
     "events",
+    "pack",
 ]

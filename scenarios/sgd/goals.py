@@ -1,0 +1,257 @@
+"""Sampling user goals over a pack: single intents, search-then-transaction chains, multi-service dialogues.
+
+A goal is JSON-able::
+
+    {"services": [service, ...],            # in dialogue order
+     "subgoals": [{
+        "service": str, "intent": str,
+        "constraints": {slot: canonical},   # what the user states (required slots and optional ones they care about)
+        "optional": {slot: canonical},      # optional-slot values the user gives only when asked (else the default)
+        "requested": [slot, ...],           # result slots the user asks about once offered/booked
+        "relax": [[slot, canonical_or_"dontcare"], ...],  # changes applied in order after nothing matches / a failure
+        "feasible": bool,                   # can the constraints as first stated be met (transactions: modulo random failure)
+        "from_previous": {slot: prev_slot}, # slot <- value of prev_slot in the result row of the previous subgoal
+        "entity": {slot: value} | None,     # the search entity the constraints were drawn from (searches only)
+     }, ...]}
+
+Constraint values come from a real entity of the pack so a search can succeed; a share of searches is
+made infeasible by changing one constraint to a value no entity matches together with the others (its
+relax entry changes it back). Chains and service sequences follow the pack's mined statistics.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+from .pack import Pack
+from .schema import IntentSchema, ServiceSchema
+from .values import _kind
+from .world import _tables_of
+
+_ANY = ("dontcare", "")
+
+
+def _weighted_choice(rng: random.Random, items: dict[str, float]) -> str:
+    keys = sorted(items)
+    total = sum(items[k] for k in keys)
+    x = rng.random() * total
+    for k in keys:
+        x -= items[k]
+        if x < 0:
+            return k
+    return keys[-1]
+
+
+def _services_for(pack: Pack, rng: random.Random, pool: list[str], multi_share: float) -> list[str]:
+    stats = pack.stats
+    if rng.random() < multi_share and len(pool) > 1:
+        pairs = {k: float(n) for k, n in stats.get("pairs", {}).items() if all(s in pool for s in k.split("|"))}
+        if pairs:
+            return _weighted_choice(rng, pairs).split("|")
+        by_domain: dict[str, list[str]] = {}
+        for s in pool:
+            by_domain.setdefault(s.rsplit("_", 1)[0], []).append(s)
+        dpairs = {}
+        for k, n in stats.get("pairs", {}).items():
+            doms = [s.rsplit("_", 1)[0] for s in k.split("|")]
+            if all(d in by_domain for d in doms) and len(set(doms)) == len(doms):
+                dpairs["|".join(doms)] = dpairs.get("|".join(doms), 0.0) + n
+        if dpairs:
+            return [rng.choice(by_domain[d]) for d in _weighted_choice(rng, dpairs).split("|")]
+        return rng.sample(sorted(pool), 2)
+    weights = {s: float(stats.get("services", {}).get(s, {}).get("dialogues", 0)) or 50.0 for s in pool}
+    return [_weighted_choice(rng, weights)]
+
+
+def _chain(pack: Pack, svc: ServiceSchema, rng: random.Random) -> list[IntentSchema]:
+    chains = {k: float(n) for k, n in pack.stats.get("services", {}).get(svc.name, {}).get("chains", {}).items()
+              if k and all(i in svc.intents for i in k.split(">")) and len(k.split(">")) <= 2
+              and len(set(k.split(">"))) == len(k.split(">"))}
+    if chains:
+        return [svc.intents[i] for i in _weighted_choice(rng, chains).split(">")]
+    search, txn = svc.search_intents, svc.transactional_intents
+    r = rng.random()
+    if search and txn and r < 0.5:
+        s = rng.choice(search)
+        linked = [t for t in txn if set(t.required_slots) & set(s.result_slots)] or txn
+        return [s, rng.choice(linked)]
+    if search and (r < 0.8 or not txn):
+        return [rng.choice(search)]
+    return [rng.choice(txn or search)]
+
+
+def _link(pack: Pack, prev_svc: ServiceSchema, prev_intent: IntentSchema, svc: ServiceSchema,
+          intent: IntentSchema) -> dict[str, str]:
+    """from_previous across subgoals: same-service chains share slot names; across services use mined transfers."""
+    inputs = list(intent.required_slots) + list(intent.optional_slots)
+    results = set(prev_intent.result_slots) | set(prev_intent.required_slots) | set(prev_intent.optional_slots)
+    if prev_svc.name == svc.name:
+        return {s: s for s in inputs if s in results}
+    link: dict[str, str] = {}
+    best: dict[str, int] = {}
+    da, db = prev_svc.domain, svc.domain
+    for key, n in pack.stats.get("transfers", {}).items():
+        left, right = key.split(">")
+        (dom_a, slot_a), (dom_b, slot_b) = left.split(".", 1), right.split(".", 1)
+        if (dom_a == da and dom_b == db and slot_b in inputs and slot_a in results and n >= 2
+                and n > best.get(slot_b, 0) and not svc.is_categorical(slot_b)):
+            best[slot_b] = n
+            link[slot_b] = slot_a
+    if link:
+        return link
+    for s in inputs:
+        if s in results and not svc.is_categorical(s):
+            link[s] = s
+        elif _kind(svc.slots[s]) == "city":
+            cand = [r for r in sorted(results) if _kind(prev_svc.slots[r]) == "city"]
+            if cand:
+                link[s] = cand[0]
+    return link
+
+
+def _value(pack: Pack, service: str, slot: str, rng: random.Random, avoid: str | None = None) -> str | None:
+    pool = [v for v in pack.value_pool(service, slot) if v not in _ANY and v != avoid]
+    return rng.choice(pool) if pool else None
+
+
+def _requested(pack: Pack, svc: ServiceSchema, intent: IntentSchema, rng: random.Random, taken: set[str]) -> list[str]:
+    st = pack.stats.get("services", {}).get(svc.name, {})
+    n_intent = st.get("intents", {}).get(intent.name, 0)
+    counts = st.get("requested", {}).get(intent.name, {})
+    options = [s for s in intent.result_slots if s not in taken]
+    out = []
+    if n_intent:
+        for s in options:
+            if rng.random() < min(0.9, counts.get(s, 0) / n_intent):
+                out.append(s)
+    else:
+        rng.shuffle(options)
+        out = sorted(options[: rng.choice((0, 1, 1, 2))])
+    return out[:3]
+
+
+def _search_subgoal(pack: Pack, svc: ServiceSchema, intent: IntentSchema, rng: random.Random,
+                    link: dict[str, str], infeasible_share: float) -> dict[str, Any]:
+    table = _tables_of(pack).get((svc.name, intent.name))
+    rows = pack.entities(svc.name, intent.name)
+    entity = rng.choice(rows) if rows else {}
+    echo = table.echo if table is not None else frozenset()
+    constraints: dict[str, str] = {}
+    optional: dict[str, str] = {}
+    for slot in intent.required_slots:
+        if slot in link:
+            continue
+        v = entity.get(slot) if slot not in echo else None
+        v = v or _value(pack, svc.name, slot, rng)
+        if v:
+            constraints[slot] = v
+    for slot, default in sorted(intent.optional_slots.items()):
+        if slot in link:
+            continue
+        v = entity.get(slot) if slot not in echo else _value(pack, svc.name, slot, rng)
+        if not v:
+            continue
+        if slot not in echo and default not in _ANY and v != default:
+            constraints[slot] = v  # the default would exclude the entity, so the user must say it
+        elif rng.random() < 0.3:
+            constraints[slot] = v
+        elif rng.random() < 0.25:
+            optional[slot] = v
+    feasible, relax = True, []
+    if table is not None and rows and rng.random() < infeasible_share:
+        cands = [s for s in sorted(constraints) if s not in echo and s in table.columns]
+        rng.shuffle(cands)
+        for slot in cands:
+            alts = [v for v in pack.value_pool(svc.name, slot) if v not in _ANY and v != constraints[slot]]
+            rng.shuffle(alts)
+            for alt in alts[:12]:
+                trial = dict(intent.optional_slots, **optional, **constraints)
+                trial[slot] = alt
+                if not table.match(trial):
+                    relax.append([slot, constraints[slot]])
+                    constraints[slot] = alt
+                    feasible = False
+                    break
+            if not feasible:
+                break
+    # a value carried over from the previous subgoal may not exist here: fall back to this entity's value
+    for slot in sorted(link):
+        if table is not None and slot in table.columns and slot not in echo and entity.get(slot):
+            relax.append([slot, entity[slot]])
+    taken = set(constraints) | set(optional) | set(link)
+    return {"service": svc.name, "intent": intent.name, "constraints": constraints, "optional": optional,
+            "requested": _requested(pack, svc, intent, rng, taken), "relax": relax, "feasible": feasible,
+            "from_previous": link, "entity": entity or None}
+
+
+def _txn_subgoal(pack: Pack, svc: ServiceSchema, intent: IntentSchema, rng: random.Random,
+                 link: dict[str, str]) -> dict[str, Any]:
+    # a stand-alone booking names a real entity, so its identity columns come from one row
+    entity: dict[str, str] = {}
+    if not link:
+        rows = pack.entities(svc.name)
+        inputs = set(intent.required_slots) | set(intent.optional_slots)
+        fitting = [r for r in rows if inputs & set(r)]
+        entity = rng.choice(fitting) if fitting else {}
+    tables = [t for (s, _), t in _tables_of(pack).items() if s == svc.name]
+    echo = set().union(*(t.echo for t in tables)) if tables else set()
+    constraints: dict[str, str] = {}
+    optional: dict[str, str] = {}
+    for slot in intent.required_slots:
+        if slot in link:
+            continue
+        v = entity.get(slot) if slot not in echo else None
+        v = v or _value(pack, svc.name, slot, rng)
+        if v:
+            constraints[slot] = v
+    for slot, default in sorted(intent.optional_slots.items()):
+        if slot in link:
+            continue
+        v = (entity.get(slot) if slot not in echo else None) or _value(pack, svc.name, slot, rng)
+        if not v:
+            continue
+        if rng.random() < 0.3:
+            constraints[slot] = v
+        elif rng.random() < 0.2:
+            optional[slot] = v
+    relax = []
+    changeable = [s for s in sorted(constraints) if s not in entity or s in echo]
+    if changeable:
+        slot = rng.choice(changeable)
+        alt = _value(pack, svc.name, slot, rng, avoid=constraints[slot])
+        if alt:
+            relax.append([slot, alt])
+    taken = set(constraints) | set(optional) | set(link)
+    return {"service": svc.name, "intent": intent.name, "constraints": constraints, "optional": optional,
+            "requested": _requested(pack, svc, intent, rng, taken), "relax": relax, "feasible": True,
+            "from_previous": link, "entity": None}
+
+
+def sample_goal(pack: Pack, rng: random.Random, services: list[str] | None = None, *,
+                sequence: list[str] | None = None, infeasible_share: float = 0.2,
+                multi_share: float | None = None) -> dict[str, Any]:
+    """A goal (see the module docstring) drawn from ``services`` (default: the pack's mined services).
+
+    ``sequence`` fixes the services and their order instead of drawing them.
+    """
+    if sequence:
+        order = [pack.service(s).name for s in sequence]
+    else:
+        pool = sorted(services) if services else sorted(pack.mined_services) or pack.services
+        for s in pool:
+            pack.service(s)
+        share = pack.stats.get("multi_service_share", 0.3) if multi_share is None else multi_share
+        order = _services_for(pack, rng, pool, share)
+    subgoals: list[dict[str, Any]] = []
+    prev: tuple[ServiceSchema, IntentSchema] | None = None
+    for name in order:
+        svc = pack.service(name)
+        for intent in _chain(pack, svc, rng):
+            link = _link(pack, prev[0], prev[1], svc, intent) if prev else {}
+            if intent.is_transactional:
+                subgoals.append(_txn_subgoal(pack, svc, intent, rng, link))
+            else:
+                subgoals.append(_search_subgoal(pack, svc, intent, rng, link, infeasible_share))
+            prev = (svc, intent)
+    return {"services": order, "subgoals": subgoals}

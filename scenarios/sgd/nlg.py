@@ -1,0 +1,219 @@
+"""Template NLG for SGD acts: mined, delexicalised templates keyed by the act signature of one frame.
+
+A template is a list of parts: literal strings and ints, an int being the index of an act value in the
+signature's placeholder order (acts sorted by token, values in order). Values rendered by meaning rather
+than literally ("intent" values, True/False/dontcare) are part of the token, so they have no placeholder.
+Lookup order for a signature: the service's bank, then its domain's bank (services sharing the domain name,
+which share slot names), then a composition of per-act groups, each looked up the same way and finally in
+the generic bank (templates seen in several domains) or a built-in phrase rendered from the schema.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any, Sequence
+
+from ...engine.events import Act, SlotSpan
+from .schema import ServiceSchema
+
+BOUND_VALUES = frozenset({"True", "False", "dontcare"})
+Template = list  # list[str | int]
+
+# Order in which composed groups are spoken, per speaker (acts not listed go last).
+_ORDER = {
+    "SYSTEM": ["NOTIFY_FAILURE", "NOTIFY_SUCCESS", "CONFIRM", "INFORM", "INFORM_COUNT", "OFFER", "REQUEST",
+               "OFFER_INTENT", "REQ_MORE", "GOODBYE"],
+    "USER": ["AFFIRM", "NEGATE", "AFFIRM_INTENT", "NEGATE_INTENT", "SELECT", "INFORM_INTENT", "INFORM",
+             "REQUEST_ALTS", "REQUEST", "THANK_YOU", "GOODBYE"],
+}
+
+
+def act_token(act: str, slot: str, values: Sequence[str]) -> tuple[str, bool]:
+    """The signature token of one act and whether its values are placeholders (else bound into the token)."""
+    if not slot:
+        return act, False
+    if slot == "intent" or (values and any(v in BOUND_VALUES for v in values)):
+        return f"{act}({slot}={'|'.join(values)})", False
+    if not values:
+        return f"{act}({slot})", False
+    if len(values) == 1 and act != "REQUEST":
+        return f"{act}({slot})", True
+    return f"{act}({slot}*{len(values)})", True
+
+
+def signature(acts: Sequence[Any]) -> tuple[str, list[int]]:
+    """The signature string of a frame's acts and the act indices in signature (sorted token) order."""
+    toks = [(act_token(a.act, a.slot, a.values)[0], i) for i, a in enumerate(acts)]
+    toks.sort()
+    return "+".join(t for t, _ in toks), [i for _, i in toks]
+
+
+def _phrase(svc: ServiceSchema | None, slot: str) -> str:
+    """A noun phrase for a slot: its schema description with a lower-case start, else its name in words."""
+    desc = svc.slots[slot].description if svc is not None and slot in svc.slots else ""
+    text = desc.strip().rstrip(".") or slot.replace("_", " ")
+    return text[:1].lower() + text[1:]
+
+
+def _intent_phrase(svc: ServiceSchema | None, intent: str) -> str:
+    """A verb phrase for an intent from its description ("find a restaurant"), else its name in words."""
+    desc = svc.intents[intent].description if svc is not None and intent in svc.intents else ""
+    if desc:
+        return desc.strip().rstrip(".")[:1].lower() + desc.strip().rstrip(".")[1:]
+    words = "".join(" " + c.lower() if c.isupper() else c for c in intent).strip()
+    return words
+
+
+def builtin_template(speaker: str, svc: ServiceSchema | None, act: Act) -> Template:
+    """A plain template for one act, rendered from the schema's descriptions (the last-resort fallback)."""
+    a, slot, vals = act.act, act.slot, act.values
+    if slot == "intent":
+        ip = _intent_phrase(svc, vals[0] if vals else "")
+        return {"INFORM_INTENT": [f"I want to {ip}."], "OFFER_INTENT": [f"Would you like to {ip}?"],
+                "AFFIRM_INTENT": [f"Yes, I want to {ip}."], "NEGATE_INTENT": [f"No, I don't want to {ip}."]
+                }.get(a, [f"{ip[:1].upper()}{ip[1:]}."])
+    if not slot:
+        text = {("SYSTEM", "NOTIFY_SUCCESS"): "That is done.", ("SYSTEM", "NOTIFY_FAILURE"): "Sorry, that did not work.",
+                ("SYSTEM", "REQ_MORE"): "Can I help with anything else?", ("SYSTEM", "GOODBYE"): "Goodbye.",
+                ("USER", "AFFIRM"): "Yes.", ("USER", "NEGATE"): "No.", ("USER", "SELECT"): "That one works.",
+                ("USER", "REQUEST_ALTS"): "What else is there?", ("USER", "THANK_YOU"): "Thank you.",
+                ("USER", "GOODBYE"): "Goodbye.", ("USER", "AFFIRM_INTENT"): "Yes, please.",
+                ("USER", "NEGATE_INTENT"): "No, thanks."}.get((speaker, a), a.replace("_", " ").capitalize() + ".")
+        return [text]
+    ph = _phrase(svc, slot)
+    if vals and any(v in BOUND_VALUES for v in vals):
+        v = vals[0]
+        word = {"True": "yes", "False": "no", "dontcare": "any is fine"}[v]
+        return [f"{ph[:1].upper()}{ph[1:]}: {word}."]
+    if not vals:
+        if speaker == "SYSTEM":
+            return [f"Could you tell me the {ph}?"]
+        return [f"What is the {ph}?"]
+    if len(vals) > 1:
+        parts: Template = [f"For the {ph}, "]
+        for k in range(len(vals)):
+            parts += ([", ", k] if 0 < k < len(vals) - 1 else [" or ", k] if k else [k])
+        return parts + ["?"]
+    lead = {("SYSTEM", "CONFIRM"): f"Please confirm the {ph}: ", ("SYSTEM", "OFFER"): f"How about this {ph}: ",
+            ("USER", "REQUEST"): f"Is the {ph} ", ("USER", "SELECT"): f"I'll take this {ph}: ",
+            ("SYSTEM", "INFORM_COUNT"): "I found "}.get((speaker, a), f"The {ph} is ")
+    tail = {("USER", "REQUEST"): "?", ("SYSTEM", "INFORM_COUNT"): " results.", ("SYSTEM", "OFFER"): "?"}
+    return [lead, 0, tail.get((speaker, a), ".")]
+
+
+class _Plan:
+    """A resolved way to realize one signature: groups of (act indices, candidate templates)."""
+
+    __slots__ = ("groups",)
+
+    def __init__(self, groups: list[tuple[list[int], list[Template]]]):
+        self.groups = groups
+
+
+class Realizer:
+    """Fills mined templates for act signatures; see the module docstring for the lookup order."""
+
+    def __init__(self, banks: dict[str, dict[str, dict[str, list[Template]]]],
+                 generic: dict[str, dict[str, list[Template]]], services: dict[str, ServiceSchema],
+                 min_variety: int = 6):
+        self.banks = banks  # speaker -> service -> signature -> templates
+        self.generic = generic  # speaker -> generic token -> templates
+        self.services = services
+        self.min_variety = min_variety
+        self._domain: dict[tuple[str, str], dict[str, list[Template]]] = {}
+        self._plans: dict[tuple[str, str, str], _Plan] = {}
+        self._noncat: dict[str, frozenset[str]] = {
+            name: frozenset(s for s, ss in svc.slots.items() if not ss.is_categorical) for name, svc in services.items()}
+
+    def _domain_bank(self, speaker: str, service: str) -> dict[str, list[Template]]:
+        key = (speaker, service)
+        bank = self._domain.get(key)
+        if bank is None:
+            domain = service.rsplit("_", 1)[0]
+            bank = {}
+            for other, sigs in self.banks.get(speaker, {}).items():
+                if other != service and other.rsplit("_", 1)[0] == domain:
+                    for sig, tpls in sigs.items():
+                        bank.setdefault(sig, []).extend(tpls)
+            self._domain[key] = bank
+        return bank
+
+    def _lookup(self, speaker: str, service: str, sig: str) -> list[Template]:
+        own = self.banks.get(speaker, {}).get(service, {}).get(sig, [])
+        if len(own) >= self.min_variety:
+            return own
+        return own + self._domain_bank(speaker, service).get(sig, [])
+
+    def _plan(self, speaker: str, service: str, acts: Sequence[Act], sig: str, order: list[int]) -> _Plan:
+        found = self._lookup(speaker, service, sig)
+        if found:
+            return _Plan([(order, found)])
+        rank = {a: k for k, a in enumerate(_ORDER.get(speaker, []))}
+        by_act: dict[str, list[int]] = {}
+        for i in order:
+            by_act.setdefault(acts[i].act, []).append(i)
+        groups: list[tuple[list[int], list[Template]]] = []
+        for act_name in sorted(by_act, key=lambda a: rank.get(a, len(rank))):
+            idx = by_act[act_name]
+            sub, sub_order = signature([acts[i] for i in idx])
+            tpls = self._lookup(speaker, service, sub) if len(idx) > 1 else []
+            if tpls:
+                groups.append(([idx[k] for k in sub_order], tpls))
+                continue
+            for i in idx:
+                tok = act_token(acts[i].act, acts[i].slot, acts[i].values)[0]
+                tpls = self._lookup(speaker, service, tok) or self.generic.get(speaker, {}).get(
+                    generic_token(acts[i]), [])
+                if not tpls:
+                    tpls = [builtin_template(speaker, self.services.get(service), acts[i])]
+                groups.append(([i], tpls))
+        return _Plan(groups)
+
+    def realize(self, speaker: str, service: str, acts: list[Act], rng: random.Random) -> tuple[str, list[SlotSpan]]:
+        """The utterance for one frame's acts and the spans of the non-categorical values placed in it."""
+        sig, order = signature(acts)
+        key = (speaker, service, sig)
+        plan = self._plans.get(key)
+        if plan is None:
+            plan = self._plans[key] = self._plan(speaker, service, acts, sig, order)
+        noncat = self._noncat.get(service, frozenset())
+        out: list[str] = []
+        spans: list[SlotSpan] = []
+        pos = 0
+        for gi, (idx, tpls) in enumerate(plan.groups):
+            if gi:
+                out.append(" ")
+                pos += 1
+            slots: list[str] = []
+            values: list[str] = []
+            for i in idx:
+                a = acts[i]
+                if act_token(a.act, a.slot, a.values)[1]:
+                    for v in a.values:
+                        slots.append(a.slot)
+                        values.append(v)
+            tpl = tpls[rng.randrange(len(tpls))] if len(tpls) > 1 else tpls[0]
+            for part in tpl:
+                if part.__class__ is int:
+                    v = values[part]
+                    if slots[part] in noncat:
+                        spans.append(SlotSpan(slot=slots[part], start=pos, exclusive_end=pos + len(v)))
+                    out.append(v)
+                    pos += len(v)
+                else:
+                    out.append(part)
+                    pos += len(part)
+        return "".join(out), spans
+
+
+def generic_token(act: Any) -> str:
+    """The slot-independent token of one act for the generic bank ("INFORM(*)", "INFORM(*=dontcare)", "THANK_YOU")."""
+    tok, placeholders = act_token(act.act, act.slot, act.values)
+    if not act.slot or act.slot == "intent":
+        return tok
+    if placeholders:
+        single = len(act.values) == 1 and act.act != "REQUEST"
+        return f"{act.act}(*v)" if single else f"{act.act}(*x{len(act.values)})"
+    if act.values:
+        return f"{act.act}(*={'|'.join(act.values)})"
+    return f"{act.act}(*)"

@@ -1,0 +1,422 @@
+"""SGD scenario packs: a directory of mined data (entities, surface forms, templates, goal statistics).
+
+On disk a pack is ``pack.json`` (format, version, id, sources, counts, file names), ``schemas.json`` and
+gzip'd msgspec-JSON data files, plus a NOTICE with the CC BY-SA 4.0 attribution of the derived data.
+``build_pack`` writes into a temporary sibling directory and renames it at the end, so a failed build
+leaves nothing behind.
+"""
+
+from __future__ import annotations
+
+import bisect
+import gzip
+import hashlib
+import os
+import random
+import re
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+import msgspec
+
+from ...engine.errors import UserError
+from .mine import Miner, iter_dialogues
+from .nlg import Realizer
+from .schema import ServiceSchema, load_schemas, validate_schemas
+from .values import generate
+
+FORMAT = "dialogsim-sgd-pack"
+VERSION = 1
+MANIFEST = "pack.json"
+DEFAULT_PACK = Path(__file__).resolve().parent.parent / "packs" / "sgd"
+GENERATED_ROWS = 40
+POOL_SIZE = 16
+_TIMEISH = re.compile(r"^\d{1,2}:\d{2}$|^\d{4}-\d{2}-\d{2}$")
+NOTICE = """This scenario pack is derived from the Schema-Guided Dialogue (SGD) dataset
+(Rastogi, Zang, Sunkara, Gupta, Khaitan: "Towards Scalable Multi-domain Conversational Agents: The
+Schema-Guided Dialogue Dataset", AAAI 2020; SGD-X: Lee et al., AAAI 2022), released by Google under the
+Creative Commons Attribution-ShareAlike 4.0 International licence (CC BY-SA 4.0).
+Source: https://github.com/google-research-datasets/dstc8-schema-guided-dialogue
+The derived data in this directory (schemas, entity tables, surface forms, delexicalised templates and
+statistics) is itself licensed under CC BY-SA 4.0: https://creativecommons.org/licenses/by-sa/4.0/
+Changes: entity rows, value variants and utterance templates were extracted from the dialogues and
+de-duplicated; entities for services without dialogues were generated.
+"""
+
+
+class Pack:
+    """A loaded scenario pack: schemas, entity tables, surface forms, NLG and goal statistics."""
+
+    def __init__(self, manifest: dict[str, Any], schemas: list[dict[str, Any]], entities: dict[str, Any],
+                 values: dict[str, Any], templates: dict[str, Any], stats: dict[str, Any], path: Path | None = None):
+        self.manifest = manifest
+        self.path = path
+        self.id: str = manifest["id"]
+        self.schemas: dict[str, dict[str, Any]] = {s["service_name"]: s for s in schemas}
+        self._svc = {name: ServiceSchema(raw) for name, raw in self.schemas.items()}
+        self.services: list[str] = sorted(self.schemas)
+        self.mined_services: set[str] = set(manifest.get("mined_services", []))
+        self.stats = stats
+        self._tables: dict[str, dict[str, list[dict[str, str]]]] = {}
+        self.echo: dict[str, dict[str, list[str]]] = {}
+        for svc, intents in entities.items():
+            for intent, table in intents.items():
+                cols = table["columns"]
+                self._tables.setdefault(svc, {})[intent] = [dict(zip(cols, row)) for row in table["rows"]]
+                self.echo.setdefault(svc, {})[intent] = list(table.get("echo", []))
+        self._all_rows = {svc: [r for rows in t.values() for r in rows] for svc, t in self._tables.items()}
+        self._spoken: dict[str, dict[str, dict[str, tuple[list[str], list[int]]]]] = {
+            svc: {slot: {c: _weighted(vs) for c, vs in cs.items()} for slot, cs in slots.items()}
+            for svc, slots in values.get("spoken", {}).items()}
+        self._global = {c: _weighted(vs) for c, vs in values.get("global", {}).items()}
+        self._pools: dict[str, dict[str, list[str]]] = values.get("pools", {})
+        self._reverse: dict[str, dict[str, dict[str, str]]] = {}
+        self.realizer = Realizer({sp: templates.get(sp, {}) for sp in ("USER", "SYSTEM")},
+                                 templates.get("generic", {}), self._svc)
+
+    def service(self, name: str) -> ServiceSchema:
+        """The typed schema of a service; UserError for an unknown one."""
+        try:
+            return self._svc[name]
+        except KeyError:
+            raise UserError(f"pack {self.id}: unknown service {name!r}") from None
+
+    def entities(self, service: str, intent: str | None = None) -> list[dict[str, str]]:
+        """Entity rows of a service (all search intents), or the rows a given search intent returns."""
+        if intent is None:
+            return self._all_rows.get(service, [])
+        return self._tables.get(service, {}).get(intent, [])
+
+    def value_pool(self, service: str, slot: str) -> list[str]:
+        """Canonical values seen (or generated) for a slot of a service."""
+        return self._pools.get(service, {}).get(slot, [])
+
+    def spoken_forms(self, service: str, slot: str, canonical: str) -> list[str]:
+        """Every known surface form of a canonical value (most frequent first), the canonical when none."""
+        got = self._spoken.get(service, {}).get(slot, {}).get(canonical) or self._global.get(canonical)
+        return list(got[0]) if got else [canonical]
+
+    def spoken(self, service: str, slot: str, canonical: str, rng: random.Random) -> str:
+        """A surface form of a canonical value, drawn by mined frequency; the canonical itself when none."""
+        got = self._spoken.get(service, {}).get(slot, {}).get(canonical)
+        if got is None:
+            got = self._global.get(canonical) if _TIMEISH.match(canonical) else None
+            if got is None:
+                return canonical
+        values, cum = got
+        if len(values) == 1:
+            return values[0]
+        return values[bisect.bisect_right(cum, rng.random() * cum[-1])]
+
+    def canonical(self, service: str, slot: str, text: str) -> str | None:
+        """The canonical value a surface form stands for (case-insensitive), or None when unknown."""
+        rev = self._reverse.get(service)
+        if rev is None:
+            rev = self._reverse[service] = self._build_reverse(service)
+        key = text.strip().lower()
+        got = rev.get(slot, {}).get(key)
+        if got is None and slot in self._svc.get(service, _NOSVC).slots:
+            got = rev.get("", {}).get(key) if self._is_timeish_slot(service, slot) else None
+        return got
+
+    def _is_timeish_slot(self, service: str, slot: str) -> bool:
+        pool = self.value_pool(service, slot)
+        return bool(pool) and all(_TIMEISH.match(v) for v in pool[:3])
+
+    def _build_reverse(self, service: str) -> dict[str, dict[str, str]]:
+        rev: dict[str, dict[str, str]] = {}
+        svc = self._svc.get(service)
+        for slot in (svc.slots if svc else {}):
+            m = rev.setdefault(slot, {})
+            for v in list(svc.possible_values(slot)) + self.value_pool(service, slot):
+                m.setdefault(v.lower(), v)
+            for c, (values, _) in sorted(self._spoken.get(service, {}).get(slot, {}).items()):
+                m.setdefault(c.lower(), c)
+                for v in values:
+                    m.setdefault(v.lower(), c)
+        glob = rev.setdefault("", {})
+        for c, (values, _) in sorted(self._global.items()):
+            for v in values:
+                glob.setdefault(v.lower(), c)
+        return rev
+
+
+class _NoSvc:
+    slots: dict = {}
+
+
+_NOSVC = _NoSvc()
+
+
+def _weighted(pairs: list[list[Any]]) -> tuple[list[str], list[int]]:
+    values, cum, total = [], [], 0
+    for v, n in pairs:
+        total += int(n)
+        values.append(v)
+        cum.append(total)
+    return values, cum
+
+
+# -- loading ----------------------------------------------------------------------------------------
+
+_CACHE: dict[tuple[str, int], Pack] = {}
+
+
+def _read(path: Path) -> Any:
+    try:
+        raw = path.read_bytes()
+        if path.suffix == ".gz":
+            raw = gzip.decompress(raw)
+        return msgspec.json.decode(raw)
+    except FileNotFoundError:
+        raise UserError(f"{path}: pack file missing") from None
+    except (OSError, EOFError, msgspec.DecodeError) as exc:
+        raise UserError(f"{path}: unreadable pack file ({exc})") from None
+
+
+def is_pack_dir(path: str | Path) -> bool:
+    """Whether ``path`` is a directory holding an SGD pack manifest."""
+    p = Path(path) / MANIFEST
+    if not p.is_file():
+        return False
+    try:
+        return msgspec.json.decode(p.read_bytes()).get("format") == FORMAT
+    except (OSError, msgspec.DecodeError, AttributeError):
+        return False
+
+
+def load_pack(path: str | Path | None = None) -> Pack:
+    """Load a pack directory (None: the bundled default); any problem is a UserError naming file and element."""
+    root = Path(path) if path is not None else DEFAULT_PACK
+    mpath = root / MANIFEST
+    if not mpath.is_file():
+        raise UserError(f"{mpath}: not a pack (no {MANIFEST})")
+    key = (str(mpath.resolve()), mpath.stat().st_mtime_ns)
+    if key in _CACHE:
+        return _CACHE[key]
+    manifest = _read(mpath)
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+        raise UserError(f"{mpath}: 'format' must be {FORMAT!r}")
+    if manifest.get("version") != VERSION:
+        raise UserError(f"{mpath}: unsupported pack version {manifest.get('version')!r} (this code reads {VERSION})")
+    files = manifest.get("files")
+    if not isinstance(manifest.get("id"), str) or not isinstance(files, dict):
+        raise UserError(f"{mpath}: missing 'id' or 'files'")
+    data = {}
+    for name in ("schemas", "entities", "values", "templates", "stats"):
+        if not isinstance(files.get(name), str):
+            raise UserError(f"{mpath}: 'files' lacks {name!r}")
+        data[name] = _read(root / files[name])
+    spath = root / files["schemas"]
+    schemas = validate_schemas(data["schemas"], spath)
+    names = {s["service_name"]: ServiceSchema(s) for s in schemas}
+    _check(root / files["entities"], data["entities"], names)
+    for part in ("values", "templates", "stats"):
+        if not isinstance(data[part], dict):
+            raise UserError(f"{root / files[part]}: expected a JSON object")
+    for sp in ("USER", "SYSTEM"):
+        for svc in data["templates"].get(sp, {}):
+            if svc not in names:
+                raise UserError(f"{root / files['templates']}: {sp} templates name unknown service {svc!r}")
+    pack = Pack(manifest, schemas, data["entities"], data["values"], data["templates"], data["stats"], root)
+    _CACHE[key] = pack
+    return pack
+
+
+def _check(path: Path, entities: Any, services: dict[str, ServiceSchema]) -> None:
+    if not isinstance(entities, dict):
+        raise UserError(f"{path}: expected a JSON object")
+    for svc, intents in entities.items():
+        if svc not in services:
+            raise UserError(f"{path}: service {svc!r} is not in the pack's schemas")
+        for intent, table in intents.items():
+            if intent not in services[svc].intents:
+                raise UserError(f"{path}: service {svc!r}: unknown intent {intent!r}")
+            cols = table.get("columns") if isinstance(table, dict) else None
+            if not isinstance(cols, list) or not isinstance(table.get("rows"), list):
+                raise UserError(f"{path}: service {svc!r} intent {intent!r}: expected 'columns' and 'rows'")
+            for c in cols:
+                if c not in services[svc].slots:
+                    raise UserError(f"{path}: service {svc!r} intent {intent!r}: unknown slot {c!r}")
+            for k, row in enumerate(table["rows"]):
+                if not isinstance(row, list) or len(row) != len(cols):
+                    raise UserError(f"{path}: service {svc!r} intent {intent!r}: row #{k} does not match the columns")
+
+
+# -- building ---------------------------------------------------------------------------------------
+
+
+def _dialogue_files(dirs: Iterable[str | Path]) -> list[Path]:
+    files: list[Path] = []
+    for d in dirs:
+        d = Path(d)
+        if d.is_file():
+            files.append(d)
+        elif d.is_dir():
+            found = sorted(d.glob("dialogues_*.json"))
+            if not found:
+                raise UserError(f"{d}: no dialogues_*.json files in this directory")
+            files.extend(found)
+        else:
+            raise UserError(f"{d}: no such dialogue directory or file")
+    return files
+
+
+def _merge_schemas(paths: Iterable[str | Path]) -> tuple[list[dict[str, Any]], list[str]]:
+    merged: dict[str, dict[str, Any]] = {}
+    origin: dict[str, str] = {}
+    sources = []
+    for p in paths:
+        for svc in load_schemas(p):
+            name = svc["service_name"]
+            if name in merged and merged[name] != svc:
+                raise UserError(f"{p}: service {name!r} differs from the schema of the same name in {origin[name]}")
+            merged.setdefault(name, svc)
+            origin.setdefault(name, str(p))
+        sources.append("/".join(Path(p).parts[-2:]))
+    if not merged:
+        raise UserError("pack build: no schemas given (--schemas SCHEMA_JSON...)")
+    return [merged[k] for k in sorted(merged)], sources
+
+
+def _seeded(*parts: str) -> random.Random:
+    digest = hashlib.blake2b("\x1f".join(parts).encode(), digest_size=8).digest()
+    return random.Random(int.from_bytes(digest, "big"))
+
+
+def build_pack(dialogue_dirs: Iterable[str | Path], schema_paths: Iterable[str | Path], out_dir: str | Path,
+               progress: Callable[[Iterable[Any]], Iterable[Any]] | None = None) -> dict[str, Any]:
+    """Mine dialogues under the given schemas and write a pack to ``out_dir``; returns its manifest."""
+    schemas, schema_sources = _merge_schemas(schema_paths)
+    services = {s["service_name"]: ServiceSchema(s) for s in schemas}
+    files = _dialogue_files(dialogue_dirs)
+    out = Path(out_dir)
+    if out.exists() and not (out.is_dir() and (is_pack_dir(out) or not any(out.iterdir()))):
+        raise UserError(f"{out}: exists and is not a pack directory; refusing to overwrite it")
+    miner = Miner(services)
+    for f in (progress(files) if progress else files):
+        where = str(f)
+        for d in iter_dialogues(_read(f), where):
+            for svc in d.get("services", []):
+                if svc not in services:
+                    raise UserError(f"{where}: dialogue {d.get('dialogue_id', '?')}: service {svc!r} is not in the schemas")
+            miner.add(d, where)
+    entities, generated = _entities(miner, services)
+    spoken, glob = miner.spoken_out()
+    pools = _pools(miner, services, entities)
+    templates = {sp: miner.templates_out(sp) for sp in ("USER", "SYSTEM")}
+    templates["generic"] = {sp: miner.generic_out(sp) for sp in ("USER", "SYSTEM")}
+    blobs = {
+        "schemas.json": msgspec.json.encode(schemas),
+        "entities.json.gz": msgspec.json.encode(entities),
+        "values.json.gz": msgspec.json.encode({"spoken": spoken, "global": glob, "pools": pools}),
+        "templates.json.gz": msgspec.json.encode(templates),
+        "stats.json": msgspec.json.encode(miner.stat.out()),
+    }
+    h = hashlib.blake2b(digest_size=6)
+    for name in sorted(blobs):
+        h.update(name.encode() + b"\0" + blobs[name])
+    mined = sorted(s for s in services if s in miner.stat.svc)
+    manifest = {
+        "format": FORMAT, "version": VERSION, "id": f"sgd-{h.hexdigest()}",
+        "license": "CC BY-SA 4.0 (derived from the Schema-Guided Dialogue dataset; see NOTICE)",
+        "sources": {"schemas": schema_sources, "dialogue_files": ["/".join(f.parts[-2:]) for f in files]},
+        "counts": {"services": len(services), "mined_services": len(mined), "dialogues": miner.dialogues,
+                   "turns": miner.turns, "templated_turns": miner.delex_ok,
+                   "entity_rows": sum(len(t["rows"]) for i in entities.values() for t in i.values()),
+                   "signatures": sum(len(s) for sp in ("USER", "SYSTEM") for s in templates[sp].values())},
+        "mined_services": mined, "generated_services": generated,
+        "files": {"schemas": "schemas.json", "entities": "entities.json.gz", "values": "values.json.gz",
+                  "templates": "templates.json.gz", "stats": "stats.json"},
+    }
+    _write_atomically(out, blobs, manifest)
+    return manifest
+
+
+def _entities(miner: Miner, services: dict[str, ServiceSchema]) -> tuple[dict[str, Any], list[str]]:
+    mined_values: dict[str, list[str]] = {}
+    for svc, slots in miner.params.items():
+        for slot, cnt in slots.items():
+            mined_values.setdefault(slot, []).extend(v for v in cnt if v != "dontcare")
+    for svc, intents in miner.rows.items():
+        for rows in intents.values():
+            for row in rows:
+                for k, v in row:
+                    mined_values.setdefault(k, []).append(v)
+    mined_values = {k: sorted(set(v)) for k, v in mined_values.items()}
+    entities: dict[str, Any] = {}
+    generated: list[str] = []
+    for name, svc in sorted(services.items()):
+        for intent in svc.search_intents:
+            rows = sorted(miner.rows.get(name, {}).get(intent.name, ()))
+            if rows:
+                cols = sorted({k for r in rows for k, _ in r})
+                table = [[dict(r).get(c, "") for c in cols] for r in rows]
+                echo = miner.echo_slots(name, intent.name)
+            else:
+                rng = _seeded(name, intent.name)
+                cols = sorted(set(intent.result_slots) | set(intent.required_slots))
+                seen, table = set(), []
+                for _ in range(GENERATED_ROWS):
+                    row = tuple(generate(svc.slots[c], rng, mined_values) for c in cols)
+                    if row not in seen:
+                        seen.add(row)
+                        table.append(list(row))
+                echo = [s for s in intent.required_slots if any(w in s for w in ("date", "number", "num_"))]
+                if name not in generated:
+                    generated.append(name)
+            entities.setdefault(name, {})[intent.name] = {"columns": cols, "rows": table, "echo": echo}
+    return entities, generated
+
+
+def _pools(miner: Miner, services: dict[str, ServiceSchema], entities: dict[str, Any]) -> dict[str, Any]:
+    mined_values: dict[str, list[str]] = {}
+    for slots in miner.params.values():
+        for slot, cnt in slots.items():
+            mined_values.setdefault(slot, []).extend(v for v in cnt if v != "dontcare")
+    mined_values = {k: sorted(set(v)) for k, v in mined_values.items()}
+    pools: dict[str, Any] = {}
+    for name, svc in sorted(services.items()):
+        for slot, spec in svc.slots.items():
+            vals: dict[str, None] = {}
+            for v in spec.possible_values:
+                vals[v] = None
+            for v in sorted(miner.params.get(name, {}).get(slot, {})):
+                if v != "dontcare":
+                    vals[v] = None
+            for table in entities.get(name, {}).values():
+                if slot in table["columns"]:
+                    k = table["columns"].index(slot)
+                    for row in table["rows"]:
+                        vals[row[k]] = None
+            vals.pop("", None)
+            if not vals:
+                rng = _seeded(name, slot, "pool")
+                for _ in range(POOL_SIZE):
+                    vals[generate(spec, rng, mined_values)] = None
+            pools.setdefault(name, {})[slot] = list(vals)
+    return pools
+
+
+def _write_atomically(out: Path, blobs: dict[str, bytes], manifest: dict[str, Any]) -> None:
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    os.chmod(tmp, 0o755)
+    try:
+        for name, blob in blobs.items():
+            data = gzip.compress(blob, compresslevel=9, mtime=0) if name.endswith(".gz") else blob
+            (tmp / name).write_bytes(data)
+        (tmp / "NOTICE").write_text(NOTICE)
+        (tmp / MANIFEST).write_bytes(msgspec.json.format(msgspec.json.encode(manifest), indent=2) + b"\n")
+        if out.exists():
+            old = out.with_name(f".{out.name}.old.{os.getpid()}")
+            os.rename(out, old)
+            os.rename(tmp, out)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.rename(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
