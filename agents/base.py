@@ -53,9 +53,13 @@ class AgentFailure(Exception):
     """The agent could not answer at all (retries exhausted): the episode ends with outcome error."""
 
     def __init__(self, detail: str, faults: list[FaultReport] | None = None) -> None:
-        super().__init__(detail)
+        # Both in args: simpy re-raises a failed event's exception as type(exc)(*exc.args).
+        super().__init__(detail, faults or [])
         self.detail = detail
         self.faults = faults or []
+
+    def __str__(self) -> str:
+        return self.detail
 
 
 class Observation(msgspec.Struct, kw_only=True):

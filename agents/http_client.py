@@ -178,10 +178,12 @@ class HttpPool:
             text = text.replace(secret, "***")
         return text[:500]
 
-    async def post(self, url: str, body: bytes, headers: Mapping[str, str], rng: random.Random,
+    async def post(self, url: str, body: bytes, headers: Mapping[str, str],
+                   rng: random.Random | Callable[[], random.Random],
                    decode: Callable[[bytes], T]) -> tuple[T, list[FaultReport], float]:
         """POST ``body`` until a 2xx answer decodes; returns (decoded, faults met, seconds of the good attempt).
 
+        ``rng`` (the agent's stream, or a maker of it) draws the backoff jitter, only when a retry is due.
         Raises ``AgentFailure`` with every fault when the retries are exhausted or a fault is not retryable.
         """
         session, sem = self._ensure()
@@ -206,6 +208,8 @@ class HttpPool:
                 if attempt == attempts:
                     raise AgentFailure(f"agent request failed after {attempts} attempts: {exc.fault.detail}",
                                        faults) from None
+                if not isinstance(rng, random.Random):
+                    rng = rng()
                 await asyncio.sleep(backoff_delay(attempt, self.settings, rng, exc.wait or None))
         raise AssertionError("unreachable")
 

@@ -21,6 +21,7 @@ BUILTIN_MODULES = [
     "dialogsim.users.scripted",
     "dialogsim.agents.scripted",
     "dialogsim.scenarios.sgd.scenario_set",
+    "dialogsim.agents.http_native", "dialogsim.agents.openai_chat",
 ]
 
 DEFAULT_SCENARIOS = "builtin"

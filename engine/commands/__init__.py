@@ -4,4 +4,5 @@ COMMANDS = [
     "run",
     "events",
     "pack",
+    "serve_agent",
 ]

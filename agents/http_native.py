@@ -1,0 +1,355 @@
+"""The HTTP agent speaking dialogsim's native protocol "dialogsim/1" (see docs/protocol.md).
+
+The protocol is stateless: every request carries the episode id, the turn index, the scenario's tools,
+the conversation so far, the new user turn and the results of the agent's last tool calls; so a
+black-box agent can be resumed or forked at any turn. The message and payload Structs here are the
+protocol's definition: docs/schemas/*.schema.json are generated from them (``python -m
+dialogsim.agents.http_native docs/schemas``) and a test keeps the files in step.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any, Literal, Union
+
+import msgspec
+
+from ..engine.errors import UserError
+from ..engine.registry import register_agent
+from ..engine.events import (Act, AgentTurn, DialogueState, Event, Frame, ToolCalled, ToolReturned, Usage,
+                             UserTurn)
+from ..scenarios.base import EpisodeContext, ToolResult, ToolSpec
+from .base import AgentReply, Observation, ToolCall
+from .http_client import HttpPool, HttpSettings, ProtocolError, _number
+
+PROTOCOL = "dialogsim/1"
+
+# -- the protocol's messages ------------------------------------------------------------------------
+
+
+class UserMessage(msgspec.Struct, tag_field="role", tag="user", kw_only=True, omit_defaults=True):
+    """A user turn: utterance, and the user's acts and true state per service when the simulator has them."""
+
+    turn: int
+    utterance: str
+    frames: list[Frame] = []
+    end: bool = False
+
+
+class AgentMessage(msgspec.Struct, tag_field="role", tag="agent", kw_only=True, omit_defaults=True):
+    """An agent turn as it was logged: utterance, acts, and the state the agent reported."""
+
+    turn: int
+    utterance: str
+    frames: list[Frame] = []
+    state: dict[str, DialogueState] | None = None
+    end: bool = False
+
+
+class ToolCallMessage(msgspec.Struct, tag_field="role", tag="tool_call", kw_only=True, omit_defaults=True):
+    """A tool call the agent made (an SGD service intent) and the engine ran."""
+
+    call_id: str
+    service: str
+    method: str
+    parameters: dict[str, Any] = {}
+
+
+class ToolResultMessage(msgspec.Struct, tag_field="role", tag="tool_result", kw_only=True, omit_defaults=True):
+    """What a tool call gave back: result rows, or an error message."""
+
+    call_id: str
+    results: list[dict[str, Any]] | None = None
+    error: str | None = None
+
+
+Message = Union[UserMessage, AgentMessage, ToolCallMessage, ToolResultMessage]
+
+
+class ScenarioInfo(msgspec.Struct, kw_only=True):
+    """The scenario of the episode (id, kind, data), so that a server can run a schema-guided agent."""
+
+    id: str
+    kind: str
+    data: dict[str, Any] = {}
+
+
+class NativeRequest(msgspec.Struct, kw_only=True):
+    """One request of protocol dialogsim/1: everything the agent needs to answer, with no server state."""
+
+    protocol: Literal["dialogsim/1"] = "dialogsim/1"
+    episode_id: str
+    turn_index: int  # the `turn` number the agent's answer will have (the user turn's + 1)
+    step: int = 0  # rounds of tool calls already made for this turn
+    tools: list[ToolSpec] = []
+    messages: list[Message] = []  # the conversation so far, up to and including `user` and this turn's tools
+    user: UserMessage
+    tool_results: list[ToolResult] = []  # results of the calls in the agent's previous answer
+    scenario: ScenarioInfo | None = None
+    seed: int | None = None  # the agent's episode seed, for agents that draw random numbers
+
+
+class ResponseToolCall(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """A tool call the agent asks for: service, method (intent), parameters, optional call id."""
+
+    service: str
+    method: str
+    parameters: dict[str, Any] = {}
+    call_id: str = ""
+
+
+class NativeResponse(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """The agent's answer: tool calls to run, or its turn (utterance, acts, state, end flag), and usage."""
+
+    protocol: Literal["dialogsim/1"] = "dialogsim/1"
+    utterance: str = ""
+    acts: list[Act] = []  # shorthand: acts of the user's active service when frames are not given
+    frames: list[Frame] = []
+    tool_calls: list[ResponseToolCall] = []
+    state: dict[str, DialogueState] | None = None
+    end: bool = False
+    usage: Usage | None = None
+    action: str | None = None
+
+
+_request_encoder = msgspec.json.Encoder()
+_response_decoder = msgspec.json.Decoder(NativeResponse)
+
+
+def decode_response(data: bytes) -> NativeResponse:
+    """Decode and validate a response body; any breach of the protocol is a ProtocolError saying where."""
+    try:
+        response = _response_decoder.decode(data)
+    except msgspec.ValidationError as exc:
+        raise ProtocolError(f"invalid dialogsim/1 response: {exc}") from None
+    except msgspec.DecodeError as exc:
+        raise ProtocolError(f"response is not JSON: {exc}") from None
+    if not response.tool_calls and not response.utterance.strip() and not response.end:
+        raise ProtocolError("invalid dialogsim/1 response: empty utterance without tool_calls or end")
+    return response
+
+
+def protocol_schemas() -> dict[str, dict[str, Any]]:
+    """The JSON Schemas of the request and the response, keyed by file name."""
+    out = {}
+    for name, cls in (("native-request", NativeRequest), ("native-response", NativeResponse)):
+        schema = msgspec.json.schema(cls)
+        schema = {"$schema": "https://json-schema.org/draft/2020-12/schema",
+                  "$id": f"https://dialogsim.dev/schemas/{name}.schema.json",
+                  "title": f"{PROTOCOL} {name.split('-')[1]}", **schema}
+        out[f"{name}.schema.json"] = schema
+    return out
+
+
+# -- history -> messages (shared by both HTTP agents) ----------------------------------------------
+
+
+def user_message(turn: UserTurn) -> UserMessage:
+    """A logged user turn as a protocol message."""
+    return UserMessage(turn=turn.turn, utterance=turn.utterance, frames=turn.frames, end=turn.end)
+
+
+def history_messages(history: list[Event], user: UserTurn, tool_results: list[ToolResult],
+                     last_calls: list[ToolCall]) -> list[Message]:
+    """The conversation so far as messages, ending with ``user`` and this turn's tool calls and results.
+
+    The history is taken as logged; whatever it lacks of the current step (the new user turn, the
+    calls the agent just made and their results) is appended, so the messages are complete whether
+    or not the engine has already put those events in the history.
+    """
+    messages: list[Message] = []
+    seen_user = False
+    returned: set[str] = set()
+    called: set[str] = set()
+    for event in history:
+        if isinstance(event, UserTurn):
+            messages.append(user_message(event))
+            seen_user = seen_user or event.turn == user.turn
+        elif isinstance(event, AgentTurn):
+            messages.append(AgentMessage(turn=event.turn, utterance=event.utterance, frames=event.frames,
+                                         state=event.state, end=event.end))
+        elif isinstance(event, ToolCalled):
+            called.add(event.call_id)
+            messages.append(ToolCallMessage(call_id=event.call_id, service=event.service, method=event.method,
+                                            parameters=event.parameters))
+        elif isinstance(event, ToolReturned):
+            returned.add(event.call_id)
+            messages.append(ToolResultMessage(call_id=event.call_id, results=event.results, error=event.error))
+    if not seen_user:
+        messages.append(user_message(user))
+    for i, result in enumerate(tool_results):
+        if result.call_id in returned:
+            continue
+        if result.call_id not in called:
+            call = next((c for c in last_calls if c.call_id == result.call_id), None)
+            if call is None and i < len(last_calls):
+                call = last_calls[i]
+            if call is not None:
+                messages.append(ToolCallMessage(call_id=result.call_id, service=call.service, method=call.method,
+                                                parameters=call.parameters))
+        messages.append(ToolResultMessage(call_id=result.call_id, results=result.results, error=result.error))
+    return messages
+
+
+class TurnMeter:
+    """Token usage and cost summed over the model calls of one turn, reported on the spoken reply.
+
+    Tool-call replies carry no usage, so the total is right whether the engine sums replies or not.
+    """
+
+    def __init__(self, price_in: float | None, price_out: float | None) -> None:
+        self.price_in = price_in
+        self.price_out = price_out
+        self.input_tokens = 0
+        self.output_tokens = 0
+        self.seen = False
+
+    def add(self, input_tokens: int, output_tokens: int) -> None:
+        """Count one model call."""
+        self.input_tokens += max(0, int(input_tokens))
+        self.output_tokens += max(0, int(output_tokens))
+        self.seen = True
+
+    def take(self) -> tuple[Usage | None, float | None]:
+        """The turn's usage and cost (None when unknown), and reset for the next turn."""
+        if not self.seen:
+            return None, None
+        usage = Usage(input_tokens=self.input_tokens, output_tokens=self.output_tokens)
+        cost = None
+        if self.price_in is not None or self.price_out is not None:
+            cost = round(self.input_tokens / 1000 * (self.price_in or 0.0)
+                         + self.output_tokens / 1000 * (self.price_out or 0.0), 10)
+        self.input_tokens = self.output_tokens = 0
+        self.seen = False
+        return usage, cost
+
+
+def price_options(options: dict[str, Any]) -> tuple[float | None, float | None]:
+    """The price table from options: USD per 1000 input and output tokens (None when not given)."""
+    p_in = _number(options, "price_in_per_1k", -1.0)
+    p_out = _number(options, "price_out_per_1k", -1.0)
+    return (None if p_in < 0 else p_in), (None if p_out < 0 else p_out)
+
+
+def api_key(options: dict[str, Any]) -> str | None:
+    """The API key from the environment variable named by option ``api_key_env`` (never from options)."""
+    name = options.get("api_key_env")
+    if not name:
+        return None
+    value = os.environ.get(str(name))
+    if not value:
+        raise UserError(f"agent option api_key_env={name}: environment variable {name} is not set or empty")
+    return value
+
+
+def latency_mode(options: dict[str, Any]) -> bool:
+    """True when the agent turn's virtual latency is the measured wall time (option latency=measured)."""
+    mode = str(options.get("latency") or "model")
+    if mode not in ("model", "measured"):
+        raise UserError(f"bad agent option latency={mode!r}: expected 'model' or 'measured'")
+    return mode == "measured"
+
+
+# -- the agent -------------------------------------------------------------------------------------
+
+
+class NativeHttpAgent:
+    """One episode of a live agent behind a dialogsim/1 endpoint."""
+
+    deterministic = False
+
+    def __init__(self, factory: NativeAgentFactory) -> None:
+        self._f = factory
+        self._meter = TurnMeter(*factory.prices)
+        self._last_calls: list[ToolCall] = []
+        self._step = 0
+        self._turn = -1
+        self._elapsed = 0.0
+
+    def start(self, ctx: EpisodeContext) -> None:
+        """Remember the episode's context; nothing is sent until the first user turn."""
+        self.ctx = ctx
+
+    async def respond(self, obs: Observation) -> AgentReply:
+        """POST the conversation so far and turn the answer into a reply (retrying per the settings)."""
+        ctx, f = self.ctx, self._f
+        turn_index = obs.user.turn + 1
+        if turn_index != self._turn:
+            self._turn, self._step, self._elapsed = turn_index, 0, 0.0
+        elif not obs.tool_results:
+            self._step = 0
+        request = NativeRequest(
+            episode_id=ctx.episode_id, turn_index=turn_index, step=self._step, tools=ctx.tools,
+            messages=history_messages(obs.history, obs.user, obs.tool_results, self._last_calls),
+            user=user_message(obs.user), tool_results=obs.tool_results,
+            scenario=ScenarioInfo(id=ctx.scenario.id, kind=ctx.scenario.kind, data=ctx.scenario.data)
+            if f.send_scenario else None,
+            seed=ctx.seed)
+        started = time.perf_counter()
+        response, faults, _ = await f.pool.post(f.url, _request_encoder.encode(request), f.headers, ctx.rng,
+                                                decode_response)
+        self._elapsed += time.perf_counter() - started
+        if response.usage is not None:
+            self._meter.add(response.usage.input_tokens, response.usage.output_tokens)
+        if response.tool_calls:
+            self._last_calls = [ToolCall(service=c.service, method=c.method, parameters=c.parameters,
+                                         call_id=c.call_id) for c in response.tool_calls]
+            self._step += 1
+            return AgentReply(tool_calls=self._last_calls, faults=faults)
+        self._last_calls = []
+        frames = response.frames
+        if not frames and response.acts:
+            service = obs.user.frames[0].service if obs.user.frames else ""
+            frames = [Frame(service=service, actions=response.acts)]
+        usage, cost = self._meter.take()
+        return AgentReply(utterance=response.utterance, frames=frames, state=response.state, end=response.end,
+                          usage=usage, cost=cost, action=response.action, faults=faults,
+                          latency=self._elapsed if f.measured_latency else None)
+
+
+class NativeAgentFactory:
+    """Made once per run by ``--agent http:URL``: shares one session and in-flight bound across episodes."""
+
+    def __init__(self, url: str, options: dict[str, Any]) -> None:
+        if not url or not url.startswith(("http://", "https://")):
+            raise UserError(f"bad agent spec 'http:{url}': expected http:http://HOST:PORT/PATH")
+        self.url = url
+        self.settings = HttpSettings.from_options(options)
+        key = api_key(options)
+        self.pool = HttpPool(self.settings, secrets=(key,) if key else ())
+        self.prices = price_options(options)
+        self.measured_latency = latency_mode(options)
+        self.send_scenario = str(options.get("send_scenario", "true")).lower() not in ("0", "false", "no", "off")
+        self.headers = {"Content-Type": "application/json", "Accept": "application/json",
+                        "User-Agent": "dialogsim/" + PROTOCOL.split("/")[1]}
+        if key:
+            self.headers["Authorization"] = f"Bearer {key}"
+
+    def __call__(self) -> NativeHttpAgent:
+        """A fresh agent for one episode."""
+        return NativeHttpAgent(self)
+
+    async def aclose(self) -> None:
+        """Close the shared HTTP session at run end."""
+        await self.pool.aclose()
+
+
+def http_agent_factory(arg: str | None, scenarios: Any, options: dict[str, Any]) -> NativeAgentFactory:
+    """Registry factory for ``http:URL``."""
+    return NativeAgentFactory(arg or "", dict(options or {}))
+
+
+register_agent("http", http_agent_factory)
+
+
+def _write_schemas(folder: str) -> None:
+    for name, schema in protocol_schemas().items():
+        Path(folder, name).write_text(json.dumps(schema, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+
+
+if __name__ == "__main__":
+    _write_schemas(sys.argv[1] if len(sys.argv) > 1 else "docs/schemas")

@@ -1,0 +1,254 @@
+"""The HTTP agent for any OpenAI-compatible ``/v1/chat/completions`` endpoint, with the tool-call loop.
+
+The scenario's service intents become function tools named ``Service__Intent``; the conversation is
+sent as chat messages (a system prompt naming the services, user and assistant turns, assistant
+tool_calls and ``tool`` messages with the results). The API key comes from the environment variable
+named by option ``api_key_env`` and only ever travels in the Authorization header.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import time
+from typing import Any
+
+import msgspec
+
+from ..engine.errors import UserError
+from ..engine.registry import register_agent
+from ..scenarios.base import EpisodeContext, ToolSpec
+from .base import AgentReply, Observation, ToolCall
+from .http_client import HttpPool, HttpSettings, ProtocolError, _number
+from .http_native import (AgentMessage, Message, ToolCallMessage, ToolResultMessage, TurnMeter, UserMessage,
+                          api_key, history_messages, latency_mode, price_options)
+
+_NAME_OK = re.compile(r"[^A-Za-z0-9_-]")
+
+
+def function_name(service: str, method: str) -> str:
+    """The function name of a tool: ``Service__Intent``, made to fit OpenAI's ``^[A-Za-z0-9_-]{1,64}$``."""
+    name = _NAME_OK.sub("_", f"{service}__{method}")
+    if len(name) > 64:
+        name = name[:55] + "_" + hashlib.blake2b(name.encode(), digest_size=4).hexdigest()
+    return name
+
+
+def function_tools(tools: list[ToolSpec]) -> tuple[list[dict[str, Any]], dict[str, ToolSpec]]:
+    """The ``tools`` array of a request and the map from function name back to the tool."""
+    out, names = [], {}
+    for spec in tools:
+        name = function_name(spec.service, spec.method)
+        names[name] = spec
+        params = spec.parameters or {"type": "object", "properties": {}}
+        out.append({"type": "function", "function": {
+            "name": name, "description": spec.description or f"{spec.method} on {spec.service}",
+            "parameters": params}})
+    return out, names
+
+
+def system_prompt(tools: list[ToolSpec]) -> str:
+    """A short instruction listing the services and their intents."""
+    services: dict[str, list[str]] = {}
+    for spec in tools:
+        services.setdefault(spec.service, []).append(spec.method)
+    lines = ["You are a helpful assistant that serves users through these services:"]
+    lines += [f"- {service}: {', '.join(methods)}" for service, methods in services.items()]
+    lines.append("Call the functions to look things up and to make transactions; ask the user for any "
+                 "required information you lack, and confirm the details before a transaction.")
+    if not services:
+        lines = ["You are a helpful assistant."]
+    return "\n".join(lines)
+
+
+def chat_messages(system: str, messages: list[Message]) -> list[dict[str, Any]]:
+    """Protocol messages as chat messages; consecutive tool calls form one assistant message."""
+    out: list[dict[str, Any]] = [{"role": "system", "content": system}]
+    for m in messages:
+        if isinstance(m, UserMessage):
+            out.append({"role": "user", "content": m.utterance})
+        elif isinstance(m, AgentMessage):
+            out.append({"role": "assistant", "content": m.utterance})
+        elif isinstance(m, ToolCallMessage):
+            call = {"id": m.call_id, "type": "function", "function": {
+                "name": function_name(m.service, m.method), "arguments": json.dumps(m.parameters, sort_keys=True)}}
+            last = out[-1]
+            if last["role"] == "assistant" and last.get("tool_calls"):
+                last["tool_calls"].append(call)
+            else:
+                out.append({"role": "assistant", "content": None, "tool_calls": [call]})
+        elif isinstance(m, ToolResultMessage):
+            body = {"error": m.error} if m.error is not None else {"results": m.results or []}
+            out.append({"role": "tool", "tool_call_id": m.call_id, "content": json.dumps(body, sort_keys=True)})
+    return out
+
+
+# -- the response ----------------------------------------------------------------------------------
+
+
+class _Function(msgspec.Struct):
+    name: str
+    arguments: str = "{}"
+
+
+class _ChatToolCall(msgspec.Struct):
+    function: _Function
+    id: str = ""
+    type: str = "function"
+
+
+class _ChatMessage(msgspec.Struct):
+    content: str | None = None
+    tool_calls: list[_ChatToolCall] | None = None
+
+
+class _Choice(msgspec.Struct):
+    message: _ChatMessage
+    finish_reason: str | None = None
+
+
+class _ChatUsage(msgspec.Struct):
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+
+class ChatCompletion(msgspec.Struct):
+    """The parts of a chat completion the agent reads (unknown fields are ignored)."""
+
+    choices: list[_Choice]
+    usage: _ChatUsage | None = None
+
+
+_completion_decoder = msgspec.json.Decoder(ChatCompletion)
+
+
+def decode_completion(data: bytes) -> ChatCompletion:
+    """Decode and check a completion; a wrong shape or unusable answer is a ProtocolError."""
+    try:
+        completion = _completion_decoder.decode(data)
+    except msgspec.ValidationError as exc:
+        raise ProtocolError(f"invalid chat completion: {exc}") from None
+    except msgspec.DecodeError as exc:
+        raise ProtocolError(f"chat completion is not JSON: {exc}") from None
+    if not completion.choices:
+        raise ProtocolError("invalid chat completion: no choices")
+    message = completion.choices[0].message
+    for call in message.tool_calls or []:
+        try:
+            args = json.loads(call.function.arguments or "{}")
+        except ValueError:
+            raise ProtocolError(f"tool call {call.function.name!r} has arguments that are not JSON") from None
+        if not isinstance(args, dict):
+            raise ProtocolError(f"tool call {call.function.name!r} has arguments that are not a JSON object")
+    if not message.tool_calls and not (message.content or "").strip():
+        raise ProtocolError("chat completion has neither content nor tool_calls")
+    return completion
+
+
+# -- the agent -------------------------------------------------------------------------------------
+
+
+class OpenAIChatAgent:
+    """One episode of a model behind an OpenAI-compatible chat completions endpoint."""
+
+    deterministic = False
+
+    def __init__(self, factory: OpenAIAgentFactory) -> None:
+        self._f = factory
+        self._meter = TurnMeter(*factory.prices)
+        self._last_calls: list[ToolCall] = []
+        self._turn = -1
+        self._elapsed = 0.0
+
+    def start(self, ctx: EpisodeContext) -> None:
+        """Build the function tools and the system prompt of the episode."""
+        self.ctx = ctx
+        self._tools, self._names = function_tools(ctx.tools)
+        self._system = self._f.system_prompt or system_prompt(ctx.tools)
+
+    async def respond(self, obs: Observation) -> AgentReply:
+        """Send the chat so far; tool_calls in the answer go to the engine, content is the turn."""
+        f = self._f
+        if obs.user.turn != self._turn:
+            self._turn, self._elapsed = obs.user.turn, 0.0
+        messages = history_messages(obs.history, obs.user, obs.tool_results, self._last_calls)
+        body: dict[str, Any] = {"model": f.model, "messages": chat_messages(self._system, messages)}
+        if self._tools:
+            body["tools"] = self._tools
+        if f.temperature is not None:
+            body["temperature"] = f.temperature
+        started = time.perf_counter()
+        completion, faults, _ = await f.pool.post(f.url, json.dumps(body).encode(), f.headers, self.ctx.rng,
+                                                  decode_completion)
+        self._elapsed += time.perf_counter() - started
+        if completion.usage is not None:
+            self._meter.add(completion.usage.prompt_tokens, completion.usage.completion_tokens)
+        message = completion.choices[0].message
+        if message.tool_calls:
+            calls = []
+            for i, call in enumerate(message.tool_calls):
+                spec = self._names.get(call.function.name)
+                service, method = ((spec.service, spec.method) if spec is not None
+                                   else call.function.name.partition("__")[::2])
+                calls.append(ToolCall(service=service, method=method, call_id=call.id or f"call_{i}",
+                                      parameters=json.loads(call.function.arguments or "{}")))
+            self._last_calls = calls
+            return AgentReply(tool_calls=calls, faults=faults)
+        self._last_calls = []
+        usage, cost = self._meter.take()
+        return AgentReply(utterance=(message.content or "").strip(), usage=usage, cost=cost, faults=faults,
+                          latency=self._elapsed if f.measured_latency else None)
+
+
+def chat_url(base: str) -> str:
+    """The completions URL of a base URL (``http://h:p``, ``.../v1`` or the full path)."""
+    base = base.rstrip("/")
+    if base.endswith("/chat/completions"):
+        return base
+    if base.endswith("/v1"):
+        return base + "/chat/completions"
+    return base + "/v1/chat/completions"
+
+
+class OpenAIAgentFactory:
+    """Made once per run by ``--agent openai:URL``: one session and in-flight bound for all episodes."""
+
+    def __init__(self, base: str, options: dict[str, Any]) -> None:
+        if not base or not base.startswith(("http://", "https://")):
+            raise UserError(f"bad agent spec 'openai:{base}': expected openai:http://HOST:PORT (the API base URL)")
+        self.model = str(options.get("model") or "")
+        if not self.model:
+            raise UserError("the openai agent needs a model: pass --agent-model NAME (agent option model=NAME)")
+        self.url = chat_url(base)
+        self.settings = HttpSettings.from_options(options)
+        key = api_key(options)
+        self.pool = HttpPool(self.settings, secrets=(key,) if key else ())
+        self.prices = price_options(options)
+        self.measured_latency = latency_mode(options)
+        self.temperature = _number(options, "temperature", -1.0)
+        self.temperature = None if self.temperature < 0 else self.temperature
+        self.system_prompt = options.get("system_prompt") or None
+        self.headers = {"Content-Type": "application/json", "Accept": "application/json"}
+        if key:
+            self.headers["Authorization"] = f"Bearer {key}"
+
+    def __call__(self) -> OpenAIChatAgent:
+        """A fresh agent for one episode."""
+        return OpenAIChatAgent(self)
+
+    async def aclose(self) -> None:
+        """Close the shared HTTP session at run end."""
+        await self.pool.aclose()
+
+    def __repr__(self) -> str:
+        # Never show the headers (they hold the key).
+        return f"OpenAIAgentFactory(url={self.url!r}, model={self.model!r})"
+
+
+def openai_agent_factory(arg: str | None, scenarios: Any, options: dict[str, Any]) -> OpenAIAgentFactory:
+    """Registry factory for ``openai:URL``."""
+    return OpenAIAgentFactory(arg or "", dict(options or {}))
+
+
+register_agent("openai", openai_agent_factory)

@@ -1,0 +1,192 @@
+"""The native-protocol HTTP agent against real aiohttp servers on loopback: plain, faulty, bounded."""
+
+from __future__ import annotations
+
+import json
+import random
+from collections import Counter
+from pathlib import Path
+
+import msgspec
+import pytest
+from aiohttp import web
+
+from dialogsim.agents.http_client import HttpSettings, backoff_delay, parse_retry_after
+from dialogsim.agents.http_native import (NativeResponse, ProtocolError, decode_response, http_agent_factory,
+                                          protocol_schemas)
+from dialogsim.agents.scripted import ScriptedAgent
+from dialogsim.engine.errors import UserError
+from dialogsim.engine.events import EpisodeEnded, Fault, ToolCalled, ToolReturned
+from dialogsim.engine.server import make_app
+from dialogsim.engine.testing import strip_wall
+from dialogsim.engine.testing_http import INJECTED, STATS, EchoAgent, faulty_app, run_batch, serve_in_thread
+
+ROOT = Path(__file__).resolve().parents[2]
+FAST = {"connect_timeout": "1", "read_timeout": "0.4", "total_timeout": "0.8", "backoff_base": "0.01",
+        "backoff_max": "0.05", "retry_after_max": "0.2", "max_response_bytes": "65536"}
+# How each injected fault must show up in the log.
+FAULT_KIND = {"500": "http_status", "429": "http_status", "malformed": "protocol", "oversized": "limit",
+              "oversized_cl": "limit", "reset": "exception", "drip": "timeout", "hang": "timeout"}
+
+
+def _ended_once(log, episodes: int) -> None:
+    ended = Counter(e.ep for e in log if isinstance(e, EpisodeEnded))
+    assert sorted(ended) == [f"e{i:06d}" for i in range(episodes)]
+    assert set(ended.values()) == {1}
+
+
+def test_well_behaved_server_gives_the_same_log_as_the_agent_in_process():
+    """The scripted agent served over dialogsim/1 yields exactly the in-process log (wall times aside)."""
+    local = run_batch(ScriptedAgent, episodes=6)
+    with serve_in_thread(make_app(ScriptedAgent, "native")) as url:
+        remote = run_batch(http_agent_factory(url, None, {}), episodes=6)
+    assert any(isinstance(e, ToolCalled) for e in remote)
+    assert set(remote.outcomes().values()) == {"success"}
+    by_ep = lambda log: sorted(strip_wall(list(log)))  # noqa: E731 - episodes interleave differently
+    assert by_ep(remote) == by_ep(local)
+
+
+def test_every_injected_fault_is_logged_and_no_episode_is_lost():
+    """Timeouts, 5xx, 429, malformed and oversized bodies, resets and drips: all recorded, all episodes end."""
+    app = faulty_app(EchoAgent, "native", hang_seconds=1.5, drip_chunks=20, drip_delay=0.1)
+    with serve_in_thread(app) as url:
+        log = run_batch(http_agent_factory(url, None, FAST), episodes=15, concurrency=8)
+    _ended_once(log, 15)
+    assert set(log.outcomes().values()) == {"success"}
+    injected = Counter(FAULT_KIND[f] for _, _, f in app[INJECTED])
+    faults = [e for e in log if isinstance(e, Fault)]
+    assert Counter(f.kind for f in faults) == injected
+    assert {f.who for f in faults} == {"agent"} and {f.attempt for f in faults} == {1}
+    assert set(FAULT_KIND.values()) <= set(injected)  # the plan exercised every kind of fault
+
+
+def test_an_agent_that_keeps_failing_ends_its_episode_with_error_and_the_batch_completes():
+    """Retries exhausted: one fault per attempt, outcome error with a reason; other episodes succeed."""
+    app = faulty_app(EchoAgent, "native", plan=lambda key, attempt: None, fail_always={"e000001"})
+    with serve_in_thread(app) as url:
+        log = run_batch(http_agent_factory(url, None, {**FAST, "retries": "2"}), episodes=4)
+    _ended_once(log, 4)
+    outcomes = log.outcomes()
+    assert outcomes.pop("e000001") == "error" and set(outcomes.values()) == {"success"}
+    faults = [e for e in log.episode("e000001") if isinstance(e, Fault)]
+    assert [(f.kind, f.attempt) for f in faults] == [("http_status", 1), ("http_status", 2), ("http_status", 3)]
+    ended = log.episode("e000001")[-1]
+    assert "HTTP 500" in ended.reason and "3 attempts" in ended.reason
+
+
+def test_a_client_error_status_is_not_retried():
+    """A 400 will not get better: one fault, no retry, outcome error."""
+    app = faulty_app(EchoAgent, "native", plan=lambda key, attempt: None)
+    async def refuse(request: web.Request) -> web.Response:
+        return web.json_response({"error": "no"}, status=400)
+
+    bad = web.Application()
+    bad.router.add_post("/", refuse)
+    with serve_in_thread(bad) as url:
+        log = run_batch(http_agent_factory(url, None, FAST), episodes=1)
+    assert [(f.kind, f.attempt) for f in log.of_type("fault")] == [("http_status", 1)]
+    assert log.outcomes() == {"e000000": "error"}
+    assert app[STATS]["requests"] == 0
+
+
+def test_in_flight_requests_are_bounded_by_the_concurrency_option():
+    """Eight episodes at once, agent concurrency 2: the server never sees more than two requests at once."""
+    app = faulty_app(EchoAgent, "native", plan=lambda key, attempt: None, delay=0.02)
+    with serve_in_thread(app) as url:
+        log = run_batch(http_agent_factory(url, None, {"concurrency": "2"}), episodes=8, concurrency=8)
+    assert set(log.outcomes().values()) == {"success"}
+    assert app[STATS]["max_inflight"] == 2
+
+
+def test_retry_after_is_honoured_and_capped():
+    """Backoff never undercuts Retry-After, which is capped by retry_after_max; the jitter is seeded."""
+    s = HttpSettings(backoff_base=0.1, backoff_max=1.0, retry_after_max=3.0)
+    assert backoff_delay(1, s, random.Random(1), 2.5) == 2.5
+    assert backoff_delay(1, s, random.Random(1), 100.0) == 3.0
+    plain = [backoff_delay(n, s, random.Random(7), None) for n in (1, 2, 3, 8)]
+    assert plain == [backoff_delay(n, s, random.Random(7), None) for n in (1, 2, 3, 8)]
+    assert 0.05 <= plain[0] <= 0.1 and 0.5 <= plain[3] <= 1.0
+    assert parse_retry_after("7") == 7.0
+    assert parse_retry_after("Wed, 21 Oct 2015 07:28:10 GMT", now=1445412480.0) == 10.0
+    assert parse_retry_after("soon") is None and parse_retry_after(None) is None
+
+
+def test_429_with_retry_after_is_retried_after_the_wait():
+    """A 429 carrying Retry-After is recorded, waited out and retried to success."""
+    app = faulty_app(EchoAgent, "native", plan=lambda key, attempt: "429" if attempt == 1 else None,
+                     retry_after="0.05")
+    with serve_in_thread(app) as url:
+        log = run_batch(http_agent_factory(url, None, FAST), episodes=1)
+    assert log.outcomes() == {"e000000": "success"}
+    assert {f.detail.split(" from")[0] for f in log.of_type("fault")} == {"HTTP 429"}
+    assert len(log.of_type("fault")) == len(app[INJECTED]) == app[STATS]["requests"] / 2
+
+
+@pytest.mark.parametrize("body, message", [
+    (b'{"utterance": 3}', "Expected `str`"),
+    (b'{"protocol": "dialogsim/2", "utterance": "hi"}', "protocol"),
+    (b'{"utterance": ""}', "empty utterance"),
+    (b'{"tool_calls": [{"service": "S"}]}', "method"),
+    (b'[1, 2]', "Expected `object`"),
+    (b'not json', "not JSON"),
+])
+def test_malformed_responses_are_protocol_errors(body, message):
+    """Wrong types, versions, shapes and empty answers are rejected with a message naming the problem."""
+    with pytest.raises(ProtocolError, match=message):
+        decode_response(body)
+
+
+def test_a_valid_response_decodes():
+    """Tool calls, acts, state, end and usage come through."""
+    r = decode_response(json.dumps({"protocol": "dialogsim/1", "utterance": "ok", "end": True, "future": 1,
+                                    "acts": [{"act": "GOODBYE"}], "usage": {"input_tokens": 3}}).encode())
+    assert isinstance(r, NativeResponse) and r.end and r.acts[0].act == "GOODBYE" and r.usage.input_tokens == 3
+
+
+def test_checked_in_schemas_match_the_protocol_structs():
+    """docs/schemas is generated from the Structs; regenerate with `python -m dialogsim.agents.http_native`."""
+    for name, schema in protocol_schemas().items():
+        path = ROOT / "docs" / "schemas" / name
+        assert json.loads(path.read_text()) == json.loads(json.dumps(schema)), f"{name} is stale"
+
+
+def test_bad_options_and_specs_are_user_errors():
+    """Bad option values and URLs name the option."""
+    with pytest.raises(UserError, match="retries"):
+        http_agent_factory("http://127.0.0.1:1", None, {"retries": "-1"})
+    with pytest.raises(UserError, match="verify_tls"):
+        http_agent_factory("http://127.0.0.1:1", None, {"verify_tls": "maybe"})
+    with pytest.raises(UserError, match="http:"):
+        http_agent_factory("ftp://x", None, {})
+    with pytest.raises(UserError, match="NO_SUCH_VAR_FOR_TEST"):
+        http_agent_factory("http://127.0.0.1:1", None, {"api_key_env": "NO_SUCH_VAR_FOR_TEST"})
+
+
+def test_requests_carry_the_conversation_tools_and_results():
+    """What a server receives: protocol, ids, tools, the conversation with tool calls and results."""
+    seen: list[dict] = []
+
+    async def handle(request: web.Request) -> web.Response:
+        body = await request.json()
+        seen.append(body)
+        if body["tool_results"] or body["turn_index"] > 1:
+            return web.json_response({"utterance": "done", "end": body["user"].get("end", False)})
+        return web.json_response({"tool_calls": [{"service": "Weather_1", "method": "GetWeather",
+                                                  "parameters": {"city": "Paris"}}]})
+
+    app = web.Application()
+    app.router.add_post("/agent", handle)
+    with serve_in_thread(app) as url:
+        log = run_batch(http_agent_factory(url + "/agent", None, {}), episodes=1)
+    assert log.outcomes() == {"e000000": "success"}
+    first, second, third = seen[:3]
+    assert first["protocol"] == "dialogsim/1" and first["episode_id"] == "e000000"
+    assert (first["turn_index"], first["step"], second["step"], third["turn_index"]) == (1, 0, 1, 3)
+    assert {(t["service"], t["method"]) for t in first["tools"]} >= {("Weather_1", "GetWeather")}
+    assert [m["role"] for m in second["messages"]] == ["user", "tool_call", "tool_result"]
+    assert second["tool_results"][0]["results"][0]["city"] == "Paris"
+    assert [m["role"] for m in third["messages"]] == ["user", "tool_call", "tool_result", "agent", "user"]
+    assert third["scenario"]["id"] == "weather-paris" and isinstance(third["seed"], int)
+    calls = [e for e in log if isinstance(e, (ToolCalled, ToolReturned))]
+    assert [type(e).__name__ for e in calls] == ["ToolCalled", "ToolReturned"]
+    assert msgspec.structs.asdict(calls[0])["parameters"] == {"city": "Paris"}
