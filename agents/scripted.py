@@ -44,8 +44,10 @@ class ScriptedAgent:
         if line.tool_calls and not obs.tool_results:
             return AgentReply(tool_calls=line.tool_calls)
         self.answered += 1
-        row = next((r.results[0] for r in obs.tool_results if r.results), {})
-        text = _FIELD.sub(lambda m: str(row.get(m.group(1), m.group(0))), line.utterance)
+        text = line.utterance
+        if obs.tool_results and "{" in text:
+            row = next((r.results[0] for r in obs.tool_results if r.results), {})
+            text = _FIELD.sub(lambda m: str(row.get(m.group(1), m.group(0))), text)
         return AgentReply(utterance=text, end=line.end)
 
 

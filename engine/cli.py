@@ -12,9 +12,16 @@ from .errors import UserError
 from .oplog import configure_logging
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line (the problem and where to get help), not a usage dump."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser with every registered subcommand."""
-    parser = argparse.ArgumentParser(prog="dialogsim", description="Event-sourced dialogue simulation.")
+    parser = _Parser(prog="dialogsim", description="Event-sourced dialogue simulation.")
     parser.add_argument("--version", action="version", version=f"dialogsim {__version__}")
     parser.add_argument("--log-format", choices=["console", "json"], default="console",
                         help="format of operational logs on stderr (default: console)")

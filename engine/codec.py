@@ -92,7 +92,7 @@ def upcast(kind: str, raw: dict[str, Any]) -> dict[str, Any]:
     current = CURRENT_VERSION[kind]
     version = raw.get("v", 1)
     if not isinstance(version, int) or version > current:
-        raise CorruptEvent(f"{kind} event has version {version!r}; this dialogsim reads up to v{current}")
+        raise CorruptEvent(f"{kind} event is v{version!r}; this dialogsim reads up to v{current}")
     while version < current:
         step = UPCASTERS.get((kind, version))
         if step is None:

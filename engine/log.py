@@ -21,7 +21,9 @@ from pathlib import Path
 from typing import Any, Literal
 
 from .. import __version__
-from .codec import CorruptEvent, decode, encode_into
+import msgspec
+
+from .codec import CorruptEvent, decode
 from .errors import UserError
 from .events import EpisodeEnded, Event, OpaqueEvent, event_type
 from .oplog import get_logger
@@ -32,6 +34,7 @@ Durability = Literal["none", "batch", "episode"]
 DURABILITY_CHOICES = ("none", "batch", "episode")
 
 _log = get_logger("log")
+_encode_into = msgspec.json.Encoder().encode_into
 _FLUSH_BYTES = 1 << 20
 _FSYNC_INTERVAL_S = 0.05  # group commit: episode ends within this window share one fsync
 
@@ -152,8 +155,9 @@ class LogWriter:
     """Appends events to one shard with batched writes; ``durability`` decides when it fsyncs.
 
     none: never fsync (the OS flushes); batch: write when the buffer fills, fsync on close;
-    episode: write at every episode end and fsync (group commit: ends within 50 ms share one fsync).
-    A write() reaching the OS survives the writer being killed; fsync guards against a machine crash.
+    episode: an ended episode is written and fsynced within 50 ms (group commit: the episodes that end
+    within one window share one write and one fsync). Whatever was not yet written when the process
+    dies is re-run by ``--resume``, so durability trades lost work for speed, never correctness.
     """
 
     def __init__(self, shard: Path, durability: Durability = "episode") -> None:
@@ -172,18 +176,17 @@ class LogWriter:
 
     def append(self, event: Event) -> None:
         """Queue one event; it reaches the file at the next flush."""
-        encode_into(event, self._buffer)
+        buffer = self._buffer
+        _encode_into(event, buffer, -1)
+        buffer.extend(b"\n")
         self.events_written += 1
-        if len(self._buffer) >= _FLUSH_BYTES:
+        if len(buffer) >= _FLUSH_BYTES:
             self.flush()
 
     def episode_done(self) -> None:
-        """An episode ended: with ``episode`` durability, its events reach the disk now."""
-        if self.durability == "episode":
-            self.flush()
-            now = time.monotonic()
-            if now - self._last_fsync >= _FSYNC_INTERVAL_S:
-                self.sync()
+        """An episode ended: with ``episode`` durability, sync if the group-commit window has passed."""
+        if self.durability == "episode" and time.monotonic() - self._last_fsync >= _FSYNC_INTERVAL_S:
+            self.sync()
 
     def flush(self) -> None:
         """Hand buffered events to the OS."""

@@ -4,13 +4,19 @@ An episode: the user opens; the agent answers (its tool calls run against the sc
 logged); and so on until the user leaves, the agent ends, the turn limit, or an error. Resuming an
 episode replays it against its logged prefix (the tape): deterministic users and agents are run again
 and must reproduce the tape; live agents' replies are taken from it; new events continue the episode.
+
+Time: an episode keeps its own clock (``_Recorder.t``) while it touches nothing shared, and brings
+simpy's clock up to it (one timeout) before anything that is shared: a call to a live agent or user,
+a concurrency slot, the episode's end. Every event carries its exact virtual time; simpy still orders
+everything that interacts; and a batch of in-process episodes costs one simpy step per episode instead
+of one per turn (the engine-overhead benchmark in bench/ measures this).
 """
 
 from __future__ import annotations
 
-import inspect
 import time
 from collections.abc import Callable, Generator, Iterable
+from functools import partial
 from typing import Any
 
 import msgspec
@@ -47,6 +53,9 @@ class Sink:
     def episode_done(self) -> None: ...
 
 
+_now_ns = time.time_ns
+
+
 class Divergence(Exception):
     """A re-run of a logged episode prefix produced a different event than the log holds."""
 
@@ -66,17 +75,27 @@ def episode_id(index: int) -> str:
 class _Recorder:
     """Stamps one episode's events with the envelope, checks them against the tape, and sinks them."""
 
-    __slots__ = ("run", "ep", "env", "sink", "tape", "seq")
+    __slots__ = ("run", "ep", "env", "sink", "tape", "seq", "t")
 
     def __init__(self, run: str, ep: str, env: simpy.Environment, sink: Sink, tape: list[Event]) -> None:
         self.run, self.ep, self.env, self.sink, self.tape, self.seq = run, ep, env, sink, tape, 0
+        self.t = env.now
+
+    def sync(self) -> Generator[Any, Any, None]:
+        """Bring simpy's clock up to this episode's clock before touching anything shared."""
+        if self.t > self.env.now:
+            yield self.env.timeout(self.t - self.env.now)
 
     @property
     def replaying(self) -> bool:
         return self.seq < len(self.tape)
 
     def emit(self, cls: type[Event], **payload: Any) -> Any:
-        event = cls(run=self.run, ep=self.ep, seq=self.seq, t=self.env.now, wall=time.time_ns(), **payload)
+        """Build an event of ``cls`` stamped with this episode's envelope, and record it."""
+        return self.record(cls(run=self.run, ep=self.ep, seq=self.seq, t=self.t, wall=_now_ns(), **payload))
+
+    def record(self, event: Event) -> Any:
+        """Sink ``event`` (built with this recorder's seq and t), or check it against the tape."""
         if self.seq < len(self.tape):
             logged = self.tape[self.seq]
             if msgspec.structs.replace(event, t=logged.t, wall=logged.wall) != logged:
@@ -159,11 +178,10 @@ class Batch:
             yield slot
             yield from self._episode(job)
 
-    def _call(self, result: Any) -> Generator[Any, Any, Any]:
-        """Turn a plain result or an awaitable into a value; only awaitables cost a driver hop."""
-        if inspect.isawaitable(result):
-            return (yield self.driver.wait(result))
-        return result
+    def _call(self, rec: _Recorder, result: Any) -> Generator[Any, Any, Any]:
+        """Wait for an awaitable through the driver, at this episode's virtual time."""
+        yield from rec.sync()
+        return (yield self.driver.wait(result))
 
     def _episode(self, job: Job) -> Generator[Any, Any, None]:
         env, settings = self.env, self.settings
@@ -184,29 +202,36 @@ class Batch:
             agent = self.make_agent()
             world = self.scenarios.world(scenario, stream(seed, "world"))
             user.start(EpisodeContext(episode_id=rec.ep, scenario=scenario, tools=tools,
-                                      rng=stream(seed, "user"), seed=seed))
+                                      rng=partial(stream, seed, "user"), seed=seed))
             agent.start(EpisodeContext(episode_id=rec.ep, scenario=scenario, tools=tools,
-                                       rng=stream(seed, "agent"), seed=seed))
+                                       rng=partial(stream, seed, "agent"), seed=seed))
             history: list[Event] = []
-            reply: UserReply | None = yield from self._user_step(rec, user, None)
+            reply: UserReply | None = yield from self._user_step(rec, user, _attempt(user.respond, None))
             while True:
                 if reply is None:
                     outcome = _verdict(user, "abandoned", "the user left without a word")
                     break
-                think = reply.think if reply.think is not None else settings.think.sample(timing)
-                if think > 0:
-                    yield env.timeout(think)
-                said = rec.emit(UserTurn, turn=turn, utterance=reply.utterance, frames=reply.frames,
-                                end=reply.end, reaction=reply.reaction)
+                rec.t += reply.think if reply.think is not None else settings.think.sample(timing)
+                # Turn events are built in place: forwarding keywords through emit() doubles their cost.
+                said = rec.record(UserTurn(run=rec.run, ep=rec.ep, seq=rec.seq, t=rec.t, wall=_now_ns(), turn=turn,
+                                           utterance=reply.utterance, frames=reply.frames, end=reply.end,
+                                           reaction=reply.reaction))
                 history.append(said)
                 turn += 1
-                answer = yield from self._agent_turn(rec, agent, world, said, history, turn)
+                # Fast path: a plain reply without tool calls or faults needs no generator of its own.
+                obs = Observation(user=said, history=history, tool_results=[], turn_index=turn)
+                first = (_attempt(agent.respond, obs) if agent.deterministic or rec.seq >= len(rec.tape)
+                         else _MISSING)
+                if type(first) is AgentReply and not first.tool_calls and not first.faults:
+                    answer = first
+                else:
+                    answer = yield from self._agent_turn(rec, agent, world, obs, history, first)
                 latency = answer.latency if answer.latency is not None else settings.latency.sample(timing)
-                if latency > 0:
-                    yield env.timeout(latency)
-                spoken = rec.emit(AgentTurn, turn=turn, utterance=answer.utterance, frames=answer.frames,
-                                  state=answer.state, end=answer.end, latency=latency, usage=answer.usage,
-                                  cost=answer.cost, action=answer.action)
+                rec.t += latency
+                spoken = rec.record(AgentTurn(run=rec.run, ep=rec.ep, seq=rec.seq, t=rec.t, wall=_now_ns(),
+                                              turn=turn, utterance=answer.utterance, frames=answer.frames,
+                                              state=answer.state, end=answer.end, latency=latency,
+                                              usage=answer.usage, cost=answer.cost, action=answer.action))
                 history.append(spoken)
                 turn += 1
                 if said.end or spoken.end:
@@ -215,7 +240,9 @@ class Batch:
                 if turn >= settings.max_turns:
                     outcome = ("max_turns", f"reached the limit of {settings.max_turns} turns", {})
                     break
-                reply = yield from self._user_step(rec, user, spoken)
+                reply = _attempt(user.respond, spoken)
+                if reply is not None and type(reply) is not UserReply:
+                    reply = yield from self._user_step(rec, user, reply)
         except _EpisodeError as exc:
             outcome = ("error", exc.reason, {})
         except Divergence as exc:
@@ -226,27 +253,36 @@ class Batch:
             rec.emit(Fault, who="engine", kind="exception", detail=_describe(exc))
             outcome = ("error", f"engine error: {_describe(exc)}", {})
         kind, reason, reward = outcome
+        yield from rec.sync()
         ended = rec.emit(EpisodeEnded, outcome=kind, reason=reason, turns=turn, reward=reward)
         self.sink.episode_done()
         if self.on_episode_end is not None:
             self.on_episode_end(ended)
 
-    def _user_step(self, rec: _Recorder, user: Any, agent_turn: AgentTurn | None) -> Generator[Any, Any, Any]:
+    def _user_step(self, rec: _Recorder, user: Any, first: Any) -> Generator[Any, Any, Any]:
+        """Finish a user step whose first result was not a plain reply: an awaitable or an exception."""
         try:
-            return (yield from self._call(user.respond(agent_turn)))
+            reply = _unwrap(first)
+            if hasattr(reply, "__await__"):
+                reply = yield from self._call(rec, reply)
+            return reply
         except Exception as exc:
             rec.emit(Fault, who="user", kind="exception", detail=_describe(exc))
             raise _EpisodeError(f"user failed: {_describe(exc)}") from None
 
-    def _agent_turn(self, rec: _Recorder, agent: Any, world: Any, said: UserTurn, history: list[Event],
-                    turn: int) -> Generator[Any, Any, AgentReply]:
-        results: list[ToolResult] = []
+    def _agent_turn(self, rec: _Recorder, agent: Any, world: Any, obs: Observation, history: list[Event],
+                    first: Any) -> Generator[Any, Any, AgentReply]:
+        """The agent's turn with everything the fast path skips: awaitables, tool rounds, faults, replay."""
         for _ in range(self.settings.max_tool_rounds + 1):
-            obs = Observation(user=said, history=history, tool_results=results, turn_index=turn)
             try:
-                answer = rec.taped_agent_step() if rec.replaying and not agent.deterministic else None
-                if answer is None:
-                    answer = yield from self._call(agent.respond(obs))
+                if first is _MISSING:
+                    answer = rec.taped_agent_step() if rec.seq < len(rec.tape) and not agent.deterministic else None
+                    if answer is None:
+                        answer = agent.respond(obs)
+                else:
+                    answer, first = _unwrap(first), _MISSING
+                if hasattr(answer, "__await__"):
+                    answer = yield from self._call(rec, answer)
             except AgentFailure as exc:
                 for f in exc.faults:
                     rec.emit(Fault, who="agent", kind=f.kind, detail=f.detail, attempt=f.attempt)
@@ -258,7 +294,7 @@ class Batch:
                 rec.emit(Fault, who="agent", kind=f.kind, detail=f.detail, attempt=f.attempt)
             if not answer.tool_calls:
                 return answer
-            results = []
+            results: list[ToolResult] = []
             for n, call in enumerate(answer.tool_calls):
                 call_id = call.call_id or f"{rec.ep}-{rec.seq}-{n}"
                 history.append(rec.emit(ToolCalled, call_id=call_id, service=call.service, method=call.method,
@@ -270,9 +306,35 @@ class Batch:
                     rows, error = None, f"tool failed: {_describe(exc)}"
                 history.append(rec.emit(ToolReturned, call_id=call_id, results=rows, error=error))
                 results.append(ToolResult(call_id=call_id, results=rows, error=error))
+            obs = Observation(user=obs.user, history=history, tool_results=results, turn_index=obs.turn_index)
         rec.emit(Fault, who="agent", kind="limit",
                  detail=f"more than {self.settings.max_tool_rounds} tool rounds in one turn")
         raise _EpisodeError(f"agent exceeded {self.settings.max_tool_rounds} tool rounds in one turn")
+
+
+class _Raised:
+    """An exception a user or agent raised on the fast path, carried to the slow path that reports it."""
+
+    __slots__ = ("exc",)
+
+    def __init__(self, exc: Exception) -> None:
+        self.exc = exc
+
+
+_MISSING = object()
+
+
+def _attempt(fn: Callable[[Any], Any], arg: Any) -> Any:
+    try:
+        return fn(arg)
+    except Exception as exc:
+        return _Raised(exc)
+
+
+def _unwrap(result: Any) -> Any:
+    if type(result) is _Raised:
+        raise result.exc
+    return result
 
 
 class _EpisodeError(Exception):

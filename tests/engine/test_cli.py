@@ -1,0 +1,147 @@
+"""The command line as a user meets it: runs, bad input, kill -9 and resume, Ctrl-C, reading events."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from dialogsim.engine.events import EpisodeEnded
+from dialogsim.engine.log import read_events
+
+CLI = [sys.executable, "-m", "dialogsim.engine.cli"]
+
+
+def dialogsim(*args: str, check: bool = False, timeout: float = 120) -> subprocess.CompletedProcess:
+    """Run the CLI in a subprocess and capture its output."""
+    proc = subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=timeout)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"dialogsim {' '.join(args)} failed ({proc.returncode}):\n{proc.stderr}")
+    return proc
+
+
+def assert_exactly_once(run_dir: Path, episodes: int) -> None:
+    """Every episode of the run ended exactly once, and each episode's seq is gapless."""
+    ended = Counter()
+    seqs: dict[str, list[int]] = {}
+    for event in read_events(run_dir):
+        if event.ep:
+            seqs.setdefault(event.ep, []).append(event.seq)
+        if isinstance(event, EpisodeEnded):
+            ended[event.ep] += 1
+    assert sorted(ended) == [f"e{i:06d}" for i in range(episodes)]
+    assert set(ended.values()) == {1}
+    assert all(s == list(range(len(s))) for s in seqs.values())
+
+
+def test_run_and_read_events(tmp_path):
+    """A small run completes, and `events` shows it as text and as JSON lines."""
+    out = tmp_path / "demo"
+    proc = dialogsim("run", "--scenarios", "builtin", "--episodes", "6", "--out", str(out), check=True)
+    assert "completed: 6 episodes" in proc.stdout
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["status"] == "completed" and manifest["counts"]["episodes"] == 6
+    text = dialogsim("events", str(out), "--episode", "e000001", check=True).stdout
+    assert "Find me a Thai place" in text and "episode_ended" in text
+    lines = dialogsim("events", str(out), "--type", "episode_ended", "--json", check=True).stdout.splitlines()
+    assert [json.loads(x)["outcome"] for x in lines] == ["success"] * 6
+
+
+@pytest.mark.parametrize("args, message", [
+    (["run", "--scenarios", "nope", "--out", "{tmp}/a"], "unknown scenario set 'nope'"),
+    (["run", "--scenarios", "builtin", "--user", "nobody", "--out", "{tmp}/a"], "unknown user 'nobody'"),
+    (["run", "--scenarios", "builtin", "--agent", "ghost:x", "--out", "{tmp}/a"], "unknown agent 'ghost'"),
+    (["run", "--scenarios", "builtin", "--out", "{tmp}/full"], "not empty"),
+    (["run", "--scenarios", "builtin", "--seed", "-3", "--out", "{tmp}/a"], "bad seed"),
+    (["run", "--scenarios", "builtin", "--seed", "abc", "--out", "{tmp}/a"], "bad seed"),
+    (["run", "--scenarios", "builtin", "--think", "gauss:1", "--out", "{tmp}/a"], "bad --think"),
+    (["run", "--resume", "{tmp}/full"], "not a dialogsim run"),
+    (["events", "{tmp}/foreign"], "not a dialogsim run manifest"),
+    (["events", "{tmp}/missing"], "no such run directory"),
+])
+def test_bad_input_is_one_clear_line(tmp_path, args, message):
+    """Bad input gives one line naming the problem, a non-zero exit, no traceback, nothing overwritten."""
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / "precious.txt").write_text("keep me")
+    (tmp_path / "foreign").mkdir()
+    (tmp_path / "foreign" / "manifest.json").write_text('{"format": "other-tool"}')
+    proc = dialogsim(*[a.replace("{tmp}", str(tmp_path)) for a in args])
+    assert proc.returncode != 0
+    assert message in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert (tmp_path / "full" / "precious.txt").read_text() == "keep me"
+    assert not (tmp_path / "a").exists()
+
+
+def test_corrupt_log_is_reported_with_file_and_line(tmp_path):
+    """A corrupt line in a shard is named by file and line; --skip-corrupt reads on and counts it."""
+    out = tmp_path / "run"
+    dialogsim("run", "--scenarios", "builtin", "--episodes", "2", "--out", str(out), check=True)
+    shard = out / "events" / "shard-000.jsonl"
+    lines = shard.read_bytes().split(b"\n")
+    lines[3] = b"garbage"
+    shard.write_bytes(b"\n".join(lines))
+    proc = dialogsim("events", str(out))
+    assert proc.returncode == 2 and "shard-000.jsonl: line 4: corrupt event" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    proc = dialogsim("events", str(out), "--skip-corrupt")
+    assert proc.returncode == 0 and "skipped 1 corrupt line" in proc.stderr
+
+
+def _start_and_kill(out: Path, episodes: int, sig: int, min_bytes: int = 200_000) -> subprocess.Popen:
+    proc = subprocess.Popen([*CLI, "run", "--scenarios", "builtin", "--episodes", str(episodes), "--durability",
+                             "none", "--out", str(out), "--no-progress"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    shard = out / "events" / "shard-000.jsonl"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and proc.poll() is None:
+        if shard.exists() and shard.stat().st_size > min_bytes:
+            break
+        time.sleep(0.005)
+    assert proc.poll() is None, "the run finished before it could be interrupted"
+    proc.send_signal(sig)
+    proc.wait(timeout=60)
+    return proc
+
+
+def test_sigkill_mid_batch_then_resume_is_exactly_once(tmp_path):
+    """A run killed with SIGKILL mid-batch, then resumed, ends every episode exactly once."""
+    out = tmp_path / "run"
+    episodes = 30_000
+    _start_and_kill(out, episodes, signal.SIGKILL)
+    ended_before = sum(1 for _ in read_events(out, types={"episode_ended"}))
+    assert 0 < ended_before < episodes
+    proc = dialogsim("run", "--resume", str(out), "--no-progress", check=True, timeout=300)
+    assert f"completed: {episodes} episodes" in proc.stdout
+    assert_exactly_once(out, episodes)
+    assert json.loads((out / "manifest.json").read_text())["status"] == "completed"
+
+
+def test_ctrl_c_marks_the_run_interrupted_and_resume_finishes_it(tmp_path):
+    """SIGINT flushes, marks the run interrupted in the manifest, exits non-zero; resume completes it."""
+    out = tmp_path / "run"
+    episodes = 30_000
+    proc = _start_and_kill(out, episodes, signal.SIGINT)
+    assert proc.returncode == 130
+    assert "Traceback" not in proc.stderr
+    assert json.loads((out / "manifest.json").read_text())["status"] == "interrupted"
+    assert out.joinpath("events", "shard-000.jsonl").read_bytes().endswith(b"\n")
+    dialogsim("run", "--resume", str(out), "--no-progress", check=True, timeout=300)
+    assert_exactly_once(out, episodes)
+
+
+def test_resume_of_a_completed_run_changes_nothing(tmp_path):
+    """Resuming a finished run runs no episode again."""
+    out = tmp_path / "run"
+    dialogsim("run", "--scenarios", "builtin", "--episodes", "4", "--out", str(out), check=True)
+    proc = dialogsim("run", "--resume", str(out), check=True)
+    assert "completed: 4 episodes" in proc.stdout
+    assert_exactly_once(out, 4)

@@ -1,0 +1,152 @@
+"""The engine: determinism, virtual time under real latency, the tool loop, faults, limits, resume."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+
+import pytest
+
+from dialogsim.agents.base import AgentFailure, AgentReply, FaultReport, ToolCall
+from dialogsim.engine.events import AgentTurn, EpisodeEnded, Fault, ToolCalled, ToolReturned, UserTurn
+from dialogsim.engine.runner import Batch, Job, RunSettings
+from dialogsim.engine.testing import MemoryLog, ScriptedAgent, SleepyAgent, UserReply, capture_events, simulate, strip_wall
+from dialogsim.engine.timing import Arrivals, Delay
+from dialogsim.scenarios.builtin import BuiltinScenarios
+from dialogsim.users.scripted import ScriptedUser
+
+THINK, LATENCY = Delay("uniform", 1, 4), Delay("lognormal", -1, 0.5)
+
+
+def test_same_seed_same_events_except_wall():
+    """Two runs with the same seed give identical events except wall; another seed differs."""
+    a = simulate(episodes=12, seed=5, think=THINK, latency=LATENCY, concurrency=4)
+    b = simulate(episodes=12, seed=5, think=THINK, latency=LATENCY, concurrency=4)
+    c = simulate(episodes=12, seed=6, think=THINK, latency=LATENCY, concurrency=4)
+    assert strip_wall(a) == strip_wall(b)
+    assert strip_wall(a) != strip_wall(c)
+    assert set(a.outcomes().values()) == {"success"}
+
+
+def test_seq_is_gapless_and_time_monotonic_per_episode():
+    """Within an episode seq counts from 0 without gaps and virtual time never goes back."""
+    log = simulate(episodes=9, seed=1, think=THINK, latency=LATENCY, concurrency=3)
+    for ep in log.outcomes():
+        events = log.episode(ep)
+        assert [e.seq for e in events] == list(range(len(events)))
+        assert all(x.t <= y.t for x, y in zip(events, events[1:]))
+
+
+def test_coroutine_agents_with_random_real_latency_give_identical_logs():
+    """Agents that sleep random real times still produce a byte-identical log: ordering is virtual."""
+    logs = [simulate(episodes=15, seed=3, think=THINK, latency=LATENCY, concurrency=8,
+                     agent=lambda: SleepyAgent(ScriptedAgent(), max_sleep=0.004, rng=random.Random()))
+            for _ in range(3)]
+    assert strip_wall(logs[0]) == strip_wall(logs[1]) == strip_wall(logs[2])
+    # The same episodes as plain calls give; only the interleaving of episodes in the log differs.
+    plain = simulate(episodes=15, seed=3, think=THINK, latency=LATENCY, concurrency=8)
+    assert sorted(strip_wall(logs[0])) == sorted(strip_wall(plain))
+
+
+def test_tool_calls_are_logged_between_turns():
+    """A scripted tool call appears as tool_called then tool_returned before the agent's turn."""
+    log = simulate(episodes=1)
+    kinds = [type(e) for e in log.episode("e000000")]
+    assert kinds[1:5] == [UserTurn, ToolCalled, ToolReturned, AgentTurn]
+    assert log.of_type("tool_returned")[0].results[0]["temperature"] == "12"
+
+
+class _Failing:
+    deterministic = True
+
+    def __init__(self, how):
+        self.how = how
+
+    def start(self, ctx):
+        pass
+
+    def respond(self, obs):
+        if self.how == "raise":
+            raise RuntimeError("agent bug")
+        if self.how == "give_up":
+            raise AgentFailure("server keeps failing", [FaultReport(kind="http_status", detail="503", attempt=i)
+                                                         for i in range(3)])
+        if self.how == "loop":
+            return AgentReply(tool_calls=[ToolCall(service="Weather_1", method="GetWeather", parameters={})])
+        return AgentReply(utterance="still here")
+
+
+@pytest.mark.parametrize("how, reason", [("raise", "agent failed: RuntimeError"),
+                                         ("give_up", "agent failed: server keeps failing"),
+                                         ("loop", "tool rounds")])
+def test_agent_failures_end_the_episode_with_error_and_faults(how, reason):
+    """A failing agent gives fault events and outcome error; the rest of the batch still runs."""
+    log = simulate(episodes=3, agent=lambda: _Failing(how))
+    ended = log.of_type("episode_ended")
+    assert len(ended) == 3 and {e.outcome for e in ended} == {"error"}
+    assert all(reason in e.reason for e in ended)
+    faults = log.of_type("fault")
+    assert faults and all(f.who == "agent" for f in faults)
+    if how == "give_up":
+        assert [f.attempt for f in log.episode("e000000") if isinstance(f, Fault)] == [0, 1, 2]
+
+
+def test_turn_limit_ends_with_max_turns():
+    """An agent that never ends against a long script stops at the turn limit."""
+    long_user = lambda: ScriptedUser([UserReply(utterance=f"again {i}") for i in range(100)])
+    log = simulate(episodes=1, user=long_user, agent=lambda: _Failing("chat"), max_turns=10)
+    (ended,) = log.of_type("episode_ended")
+    assert (ended.outcome, ended.turns) == ("max_turns", 10)
+
+
+def test_user_leaving_silently_is_abandoned():
+    """A user that returns None before speaking ends the episode as abandoned."""
+    log = simulate(episodes=1, user=lambda: ScriptedUser([]))
+    assert log.outcomes() == {"e000000": "abandoned"}
+
+
+def test_capture_events_sees_everything():
+    """capture_events collects what any in-memory run emits inside the block."""
+    with capture_events() as events:
+        simulate(episodes=2)
+    assert sum(isinstance(e, EpisodeEnded) for e in events) == 2
+
+
+def _batch(log, **settings):
+    return Batch(run_id="test-run", scenarios=BuiltinScenarios(), make_user=ScriptedUser, make_agent=ScriptedAgent,
+                 sink=log, settings=RunSettings(think=THINK, latency=LATENCY, **settings))
+
+
+def test_resume_from_a_prefix_continues_to_the_same_events():
+    """Continuing episodes from any logged prefix reproduces exactly the uninterrupted events."""
+    full = simulate(episodes=3, seed=2, think=THINK, latency=LATENCY)
+    for cut in (1, 4, 7):
+        tapes = [full.episode(ep)[:cut] for ep in sorted(full.outcomes())]
+        log = MemoryLog()
+        asyncio.run(_batch(log, seed=2).run([Job(i, tape) for i, tape in enumerate(tapes)]))
+        resumed = [e for ep in sorted(full.outcomes()) for e in tapes[int(ep[1:])] + log.episode(ep)]
+        assert strip_wall(resumed) == strip_wall([e for ep in sorted(full.outcomes()) for e in full.episode(ep)])
+
+
+def test_resume_against_a_different_log_reports_divergence():
+    """A tape the re-run cannot reproduce ends that episode with a divergence fault, not silently."""
+    full = simulate(episodes=1, seed=2)
+    tape = full.episode("e000000")[:3]
+    tape[1] = tape[1].__class__(**{**{f: getattr(tape[1], f) for f in tape[1].__struct_fields__},
+                                   "utterance": "something else"})
+    log = MemoryLog()
+    asyncio.run(_batch(log, seed=2).run([Job(0, tape)]))
+    assert [e.kind for e in log.of_type("fault")] == ["divergence"]
+    assert log.outcomes() == {"e000000": "error"}
+
+
+def test_poisson_arrivals_are_seeded_and_bounded():
+    """Poisson arrivals spread episode starts in virtual time, the same for the same seed."""
+    def starts(seed):
+        log = MemoryLog()
+        asyncio.run(_batch(log, seed=seed, concurrency=2, arrivals=Arrivals("poisson", 0.5))
+                    .run([Job(i) for i in range(6)]))
+        assert len(log.outcomes()) == 6
+        return [e.t for e in log.of_type("episode_started")]
+    assert starts(1) == starts(1) != starts(2)
+    assert len(set(starts(1))) == 6
