@@ -5,4 +5,5 @@ COMMANDS = [
     "events",
     "pack",
     "serve_agent",
+    "project", "import_", "eval_dst",
 ]

@@ -1,0 +1,114 @@
+"""``dialogsim eval-dst --ref SGD_DIR --pred SGD_DIR``: the official SGD DST metrics of any predictions.
+
+Reads the reference split (dialogues_*.json and its schema.json) and a prediction directory in SGD format
+(every *.json except schema.json and dialogues_and_metrics.json, as the official evaluation reads it),
+scores each user frame of each predicted dialogue, and prints the table; ``--out FILE`` writes the metrics
+JSON exactly as the official evaluate.py writes its output file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from ..errors import UserError
+from ..projections.dst_metrics import Aggregator, frame_metrics, metrics_json, metrics_table, seen_services
+
+_SKIP = {"schema.json", "dialogues_and_metrics.json"}
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser("eval-dst", help="score SGD-format DST predictions with the official metrics",
+                       description="Official SGD DST metrics (joint/average goal accuracy, intent accuracy, "
+                                   "requested slots F1, slot tagging F1) of a prediction directory.")
+    p.add_argument("--ref", required=True, help="reference split directory (dialogues_*.json)")
+    p.add_argument("--pred", required=True, help="prediction directory (SGD-format *.json)")
+    p.add_argument("--schema", help="schema.json of the reference split (default: REF/schema.json)")
+    p.add_argument("--train-schema", metavar="PATH", help="train-split schema.json; its services count as seen")
+    p.add_argument("--out", help="write the metrics JSON here (official layout)")
+    p.set_defaults(handler=handle)
+
+
+def _load(path: Path) -> Any:
+    try:
+        return msgspec.json.decode(path.read_bytes())
+    except OSError as exc:
+        raise UserError(f"{path}: cannot read ({exc.strerror})") from None
+    except msgspec.DecodeError as exc:
+        raise UserError(f"{path}: not JSON ({exc})") from None
+
+
+def read_split(files: list[Path]) -> dict[str, dict[str, Any]]:
+    """Dialogue id -> dialogue over some SGD files (a list of dialogues or a dict of them per file)."""
+    out: dict[str, dict[str, Any]] = {}
+    for path in files:
+        data = _load(path)
+        items = data.values() if isinstance(data, dict) else data
+        if not isinstance(items, (list, type({}.values()))):
+            raise UserError(f"{path}: not an SGD dialogue file")
+        for d in items:
+            if not isinstance(d, dict) or not isinstance(d.get("dialogue_id"), str) or "turns" not in d:
+                raise UserError(f"{path}: an entry has no 'dialogue_id' or 'turns'; not SGD dialogues")
+            out[d["dialogue_id"]] = d
+    return out
+
+
+def evaluate(ref: dict[str, dict[str, Any]], hyp: dict[str, dict[str, Any]], schemas: dict[str, Any],
+             seen: set[str] | None) -> tuple[dict[str, dict[str, float]], int]:
+    """Aggregated metrics of ``hyp`` against ``ref`` as the official evaluation computes them, and the frame count."""
+    agg = Aggregator(seen)
+    for dialogue_id, d_hyp in hyp.items():
+        d_ref = ref.get(dialogue_id)
+        if d_ref is None:
+            raise UserError(f"prediction dialogue {dialogue_id} is not in the reference")
+        if set(d_ref.get("services", [])) != set(d_hyp.get("services", [])):
+            raise UserError(f"dialogue {dialogue_id}: services differ between reference and prediction")
+        for index, (t_ref, t_hyp) in enumerate(zip(d_ref["turns"], d_hyp["turns"])):
+            where = f"dialogue {dialogue_id}, turn {index}"
+            if t_ref.get("speaker") != t_hyp.get("speaker"):
+                raise UserError(f"{where}: speakers differ")
+            if t_ref.get("speaker") != "USER":
+                continue
+            if t_ref.get("utterance") != t_hyp.get("utterance"):
+                raise UserError(f"{where}: utterances differ")
+            hyp_frames = {f["service"]: f for f in t_hyp.get("frames", [])}
+            for f_ref in t_ref.get("frames", []):
+                service = f_ref["service"]
+                f_hyp = hyp_frames.get(service)
+                if f_hyp is None:
+                    raise UserError(f"{where}: no predicted frame for service {service}")
+                if service not in schemas:
+                    raise UserError(f"{where}: service {service} is not in the reference schema")
+                if "state" not in f_hyp or "state" not in f_ref:
+                    raise UserError(f"{where}: frame for {service} has no 'state'")
+                metrics = frame_metrics(f_ref["state"], f_hyp["state"], schemas[service],
+                                        utterance=t_ref["utterance"], ref_spans=f_ref.get("slots", []),
+                                        hyp_spans=f_hyp.get("slots"))
+                agg.add(service, metrics)
+    return agg.result(), agg.frames
+
+
+def handle(args: argparse.Namespace) -> int:
+    from ...scenarios.sgd.schema import load_schemas
+    ref_dir, pred_dir = Path(args.ref), Path(args.pred)
+    for d in (ref_dir, pred_dir):
+        if not d.is_dir():
+            raise UserError(f"{d}: no such directory")
+    schema_path = Path(args.schema) if args.schema else ref_dir / "schema.json"
+    if not schema_path.is_file():
+        raise UserError(f"{schema_path}: no schema.json (pass --schema PATH)")
+    schemas = {s["service_name"]: s for s in load_schemas(schema_path)}
+    ref = read_split(sorted(ref_dir.glob("dialogues_*.json")))
+    if not ref:
+        raise UserError(f"{ref_dir}: no dialogues_*.json files")
+    hyp = read_split(sorted(p for p in pred_dir.glob("*.json") if p.name not in _SKIP))
+    result, frames = evaluate(ref, hyp, schemas, seen_services(args.train_schema))
+    if args.out:
+        Path(args.out).write_bytes(metrics_json(result))
+    sys.stdout.write(metrics_table(result, frames))
+    print(f"{len(hyp)} predicted dialogues of {len(ref)} in the reference")
+    return 0

@@ -1,0 +1,58 @@
+"""``dialogsim project RUN_DIR --to NAME``: build (or update) a projection of a run's event log."""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import sys
+from pathlib import Path
+from typing import Any
+
+from tqdm import tqdm
+
+from ..log import RunDir
+from ..projections import get_projection, run_projection
+from .import_ import add_sgdx_arguments, sgdx_from_args
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser("project", help="derive a dataset or metrics from a run's events (incremental)",
+                       description="Run a projection over a run's events. Outputs go to "
+                                   "RUN_DIR/projections/<name>@v<k>/ unless --out is given; a second run "
+                                   "only folds the episodes that ended since.")
+    p.add_argument("run_dir")
+    p.add_argument("--to", required=True, metavar="NAME", help="projection: sgd, dst_metrics, ...")
+    p.add_argument("--out", help="output directory (default: RUN_DIR/projections/<name>@v<k>)")
+    p.add_argument("--rebuild", action="store_true", help="ignore the checkpoint and fold every episode again")
+    p.add_argument("--skip-corrupt", action="store_true", help="skip corrupt event lines and count them")
+    p.add_argument("--train-schema", metavar="PATH",
+                   help="dst_metrics: train-split schema.json; its services count as seen")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    add_sgdx_arguments(p)
+    p.set_defaults(handler=handle)
+
+
+def handle(args: argparse.Namespace) -> int:
+    options: dict[str, Any] = {"sgdx": sgdx_from_args(args), "train_schema": args.train_schema}
+    projection = get_projection(args.to, options)
+    run = RunDir.open(args.run_dir)
+    bar = None if args.no_progress else tqdm(desc=f"{projection.name}@v{projection.version}", unit=" episodes",
+                                             file=sys.stderr, leave=False, disable=None)
+    gc_was_enabled = gc.isenabled()
+    gc.disable()  # folds build many acyclic objects; cycle collection only costs time here
+    try:
+        report = run_projection(run, projection, Path(args.out) if args.out else None, rebuild=args.rebuild,
+                                skip_corrupt=args.skip_corrupt, progress=bar.update if bar is not None else None)
+    finally:
+        if gc_was_enabled:
+            gc.enable()
+        if bar is not None:
+            bar.close()
+    print(f"{projection.name}@v{projection.version}: {report.episodes_total} episodes "
+          f"({report.episodes_new} new) -> {report.out_dir} ({len(report.files)} files)")
+    summary = getattr(projection, "summary", None)
+    if callable(summary):
+        text = summary()
+        if text:
+            print(text)
+    return 0

@@ -1,0 +1,223 @@
+"""Projections: named, versioned pure folds over one episode's events, plus a pure render of all outputs.
+
+A projection has a ``name`` and a ``version``; ``fold(events)`` turns one finished episode's events into a
+JSON-ready output (or None), and ``render(outputs)`` turns the raw JSON of every output, in order, into
+``(relative file name, bytes)`` pairs. Neither does I/O: ``run_projection`` reads the log, keeps the
+per-episode outputs in a checkpoint beside the files, and writes the files. Layout of an output dir
+(default ``RUN_DIR/projections/<name>@v<k>/``)::
+
+    <files the render produced>
+    .checkpoint/meta.json      projection, version, run id, fold options, files written
+    .checkpoint/outputs.jsonl  one {"ep": ..., "out": ...} line per processed episode, in processing order
+
+A second run on a grown log folds only the episodes not in outputs.jsonl and re-renders from the stored
+outputs, so the merge never needs the old episodes' events again. Outputs are ordered by the order in
+which their episodes were first processed (the log order of episode ends), so files stay stable as a
+log grows. Changing the fold options (e.g. ``--sgdx``) or ``--rebuild`` starts the checkpoint afresh.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import shutil
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any, Callable, Protocol
+
+import msgspec
+
+from ..errors import UserError
+from ..log import RunDir, read_episodes, repair_torn_tail
+from ..oplog import get_logger
+
+_log = get_logger("projections")
+
+CHECKPOINT_DIR = ".checkpoint"
+BUILTIN_MODULES = ["dialogsim.engine.projections.sgd", "dialogsim.engine.projections.dst_metrics"]
+
+
+class Projection(Protocol):
+    """What ``run_projection`` needs from a projection."""
+
+    name: str
+    version: int
+
+    def fold_options(self) -> dict[str, Any]:
+        """The options that change fold outputs; a checkpoint made with other options is refolded."""
+        ...
+
+    def fold(self, events: list[Any]) -> Any:
+        """One finished episode's events -> a msgspec-encodable output, or None to contribute nothing."""
+        ...
+
+    def render(self, outputs: Iterator[bytes]) -> Iterator[tuple[str, bytes]]:
+        """The raw JSON of every non-None output, in order -> the files to write."""
+        ...
+
+
+ProjectionFactory = Callable[[dict[str, Any]], Projection]
+_registry: dict[str, ProjectionFactory] = {}
+_builtins_loaded = False
+
+
+def register_projection(name: str, factory: ProjectionFactory) -> None:
+    """Make ``--to name`` build the projection with ``factory(options)``."""
+    _registry[name] = factory
+
+
+def projection_names() -> list[str]:
+    """The names of all registered projections."""
+    _load_builtins()
+    return sorted(_registry)
+
+
+def get_projection(name: str, options: dict[str, Any] | None = None) -> Projection:
+    """The projection registered under ``name``, built with ``options``."""
+    _load_builtins()
+    factory = _registry.get(name)
+    if factory is None:
+        raise UserError(f"unknown projection {name!r}; known: {', '.join(sorted(_registry))}")
+    return factory(options or {})
+
+
+def _load_builtins() -> None:
+    global _builtins_loaded
+    if not _builtins_loaded:
+        for module in BUILTIN_MODULES:
+            importlib.import_module(module)
+        _builtins_loaded = True
+
+
+class _Line(msgspec.Struct):
+    ep: str
+    out: msgspec.Raw
+
+
+_line_decoder = msgspec.json.Decoder(_Line)
+_encoder = msgspec.json.Encoder()
+
+
+class ProjectionReport(msgspec.Struct, kw_only=True):
+    """What one projection run did."""
+
+    out_dir: str
+    episodes_total: int
+    episodes_new: int
+    files: list[str]
+    rebuilt: bool
+
+
+def default_out_dir(run: RunDir, projection: Projection) -> Path:
+    """``RUN_DIR/projections/<name>@v<version>``."""
+    return run.projections_dir / f"{projection.name}@v{projection.version}"
+
+
+def _read_lines(path: Path) -> Iterator[_Line]:
+    with open(path, "rb") as f:
+        for lineno, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                yield _line_decoder.decode(line)
+            except msgspec.MsgspecError:
+                raise UserError(f"{path}: line {lineno}: corrupt checkpoint line; rerun with --rebuild") from None
+
+
+def run_projection(run_dir: str | Path | RunDir, projection: Projection, out_dir: str | Path | None = None, *,
+                   rebuild: bool = False, skip_corrupt: bool = False,
+                   progress: Callable[[int], None] | None = None) -> ProjectionReport:
+    """Fold the episodes not yet in the checkpoint, then render every stored output into ``out_dir``."""
+    run = run_dir if isinstance(run_dir, RunDir) else RunDir.open(run_dir)
+    out = Path(out_dir) if out_dir is not None else default_out_dir(run, projection)
+    ckpt = out / CHECKPOINT_DIR
+    meta_path, outputs_path = ckpt / "meta.json", ckpt / "outputs.jsonl"
+    meta = {"projection": projection.name, "version": projection.version, "run_id": run.manifest.get("run_id"),
+            "fold_options": projection.fold_options(), "files": []}
+    old = _read_meta(meta_path)
+    if old is not None and old.get("run_id") != meta["run_id"] and not rebuild:
+        raise UserError(f"{out}: holds a projection of run {old.get('run_id')!r}, not {meta['run_id']!r}; "
+                        "choose another --out or pass --rebuild")
+    if out.exists() and old is None and any(p.name != CHECKPOINT_DIR for p in out.iterdir()) and not rebuild:
+        raise UserError(f"{out}: exists, is not empty and is not a projection output; choose another --out")
+    fresh = (rebuild or old is None or old.get("projection") != projection.name
+             or old.get("version") != projection.version or old.get("fold_options") != meta["fold_options"])
+    if fresh and old is not None:
+        _log.info("checkpoint reset", out=str(out), reason="rebuild" if rebuild else "projection or options changed")
+    ckpt.mkdir(parents=True, exist_ok=True)
+    if fresh and outputs_path.exists():
+        outputs_path.unlink()
+    done: set[str] = set()
+    if outputs_path.exists():
+        repair_torn_tail(outputs_path)
+        done = {line.ep for line in _read_lines(outputs_path)}
+    before = len(done)
+    new = 0
+    buffer = bytearray()
+    with open(outputs_path, "ab") as sink:
+        for events in read_episodes(run, skip_corrupt=skip_corrupt):
+            ep = events[0].ep
+            if ep in done:
+                continue
+            done.add(ep)
+            output = projection.fold(events)
+            buffer += b'{"ep":' + _encoder.encode(ep) + b',"out":' + _encoder.encode(output) + b"}\n"
+            new += 1
+            if len(buffer) >= 1 << 20:
+                sink.write(buffer)
+                buffer.clear()
+            if progress is not None:
+                progress(1)
+        sink.write(buffer)
+    files = _write_files(out, projection.render(_stored_outputs(outputs_path)),
+                         stale=[] if old is None else old.get("files", []))
+    meta["files"] = files
+    _write_atomic(meta_path, json.dumps(meta, indent=2, sort_keys=True).encode() + b"\n")
+    _log.info("projection written", projection=f"{projection.name}@v{projection.version}", out=str(out),
+              episodes=before + new, new=new)
+    return ProjectionReport(out_dir=str(out), episodes_total=before + new, episodes_new=new, files=files,
+                            rebuilt=fresh and old is not None)
+
+
+def _read_meta(path: Path) -> dict[str, Any] | None:
+    try:
+        meta = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as exc:
+        raise UserError(f"{path}: unreadable checkpoint ({exc}); rerun with --rebuild") from None
+    return meta if isinstance(meta, dict) else None
+
+
+def _stored_outputs(path: Path) -> Iterator[bytes]:
+    null = b"null"
+    for line in _read_lines(path):
+        raw = bytes(line.out)
+        if raw != null:
+            yield raw
+
+
+def _write_files(out: Path, files: Iterable[tuple[str, bytes]], stale: list[str]) -> list[str]:
+    written: list[str] = []
+    for name, data in files:
+        if "/" in name or name.startswith("."):
+            raise ValueError(f"projection produced a bad file name {name!r}")
+        _write_atomic(out / name, data)
+        written.append(name)
+    for name in stale:
+        if name not in written and (out / name).exists():
+            (out / name).unlink()
+    return written
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "wb") as f:
+        f.write(data)
+    os.replace(tmp, path)
+
+
+def remove_output(out: Path) -> None:
+    """Delete a projection output directory (used when a command fails before writing anything)."""
+    shutil.rmtree(out, ignore_errors=True)

@@ -1,0 +1,211 @@
+"""The sgd projection and `import sgd`: round trips, incremental runs, live-agent episodes, bad input, SGD-X."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from dialogsim.engine.cli import main
+from dialogsim.engine.errors import UserError
+from dialogsim.engine.events import AgentTurn, EpisodeEnded, EpisodeStarted, Frame, ToolCalled, ToolReturned, UserTurn
+from dialogsim.engine.log import read_episodes, write_events
+from dialogsim.engine.projections import get_projection, run_projection
+from dialogsim.engine.commands.import_ import import_sgd
+from dialogsim.engine.testing import simulate
+
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "sgd"
+
+
+def _dialogues(directory: Path) -> dict[str, dict]:
+    out: dict[str, dict] = {}
+    for path in sorted(directory.glob("dialogues_*.json")):
+        for d in json.loads(path.read_text()):
+            out[d["dialogue_id"]] = d
+    return out
+
+
+def test_fixture_import_then_project_gives_the_files_back(tmp_path):
+    """CLI: import the fixture split, project it, get the same dialogues file and schema file bytes."""
+    run, out = tmp_path / "run", tmp_path / "sgd"
+    assert main(["import", "sgd", str(FIXTURES), "--out", str(run)]) == 0
+    assert main(["project", str(run), "--to", "sgd", "--out", str(out), "--no-progress"]) == 0
+    assert (out / "dialogues_001.json").read_bytes() == (FIXTURES / "dialogues_001.json").read_bytes()
+    assert (out / "schema.json").read_bytes() == (FIXTURES / "schema.json").read_bytes()
+    assert sorted(p.name for p in out.iterdir() if not p.name.startswith(".")) == ["dialogues_001.json", "schema.json"]
+
+
+def test_default_output_dir_is_versioned_under_the_run(tmp_path):
+    """Without --out the projection lands in RUN_DIR/projections/sgd@v1/."""
+    run = tmp_path / "run"
+    import_sgd(FIXTURES, run)
+    assert main(["project", str(run), "--to", "sgd", "--no-progress"]) == 0
+    assert (run / "projections" / "sgd@v1" / "dialogues_001.json").is_file()
+
+
+def test_every_real_dev_dialogue_round_trips(shared_sgd, tmp_path):
+    """All 2,098 real dev dialogues: import then project gives dialogues equal to the originals."""
+    run, out = tmp_path / "run", tmp_path / "sgd"
+    stats = import_sgd(shared_sgd / "dev", run, schema=shared_sgd / "schemas" / "dev" / "schema.json")
+    assert stats.dialogues == 2098 and stats.turns == 38768
+    report = run_projection(run, get_projection("sgd"), out)
+    assert report.episodes_total == 2098
+    assert _dialogues(out) == _dialogues(shared_sgd / "dev")
+    files = sorted(out.glob("dialogues_*.json"))
+    assert len(files) == 17 and all(len(json.loads(f.read_text())) == 128 for f in files[:-1])
+    original_schema = json.loads((shared_sgd / "schemas" / "dev" / "schema.json").read_text())
+    assert json.loads((out / "schema.json").read_text()) == sorted(original_schema, key=lambda s: s["service_name"])
+
+
+def _split(tmp_path: Path, dialogues: list, name: str) -> Path:
+    directory = tmp_path / name
+    directory.mkdir()
+    (directory / "dialogues_001.json").write_text(json.dumps(dialogues))
+    shutil.copy(FIXTURES / "schema.json", directory / "schema.json")
+    return directory
+
+
+class _Counting:
+    """Wraps a projection and records which episodes it folded."""
+
+    def __init__(self, inner):
+        self.inner, self.folded = inner, []
+        self.name, self.version = inner.name, inner.version
+
+    def fold_options(self):
+        return self.inner.fold_options()
+
+    def fold(self, events):
+        self.folded.append(events[0].ep)
+        return self.inner.fold(events)
+
+    def render(self, outputs):
+        return self.inner.render(outputs)
+
+
+def test_second_run_folds_only_new_episodes(tmp_path):
+    """A grown log: the second projection run folds just the new episodes and outputs all of them."""
+    data = json.loads((FIXTURES / "dialogues_001.json").read_text())
+    run, out = tmp_path / "run", tmp_path / "out"
+    import_sgd(_split(tmp_path, data[:4], "a"), run)
+    first = _Counting(get_projection("sgd"))
+    run_projection(run, first, out)
+    assert len(first.folded) == 4
+    # grow the log: append the remaining dialogues' episodes as a second shard
+    more = tmp_path / "more"
+    import_sgd(_split(tmp_path, data[4:], "b"), more)
+    manifest = json.loads((run / "manifest.json").read_text())
+    shutil.copy(more / "events" / "shard-000.jsonl", run / "events" / "shard-001.jsonl")
+    manifest["shards"].append("events/shard-001.jsonl")
+    (run / "manifest.json").write_text(json.dumps(manifest))
+    second = _Counting(get_projection("sgd"))
+    report = run_projection(run, second, out)
+    assert second.folded == [d["dialogue_id"] for d in data[4:]]
+    assert report.episodes_total == len(data) and report.episodes_new == 2
+    assert [d["dialogue_id"] for d in json.loads((out / "dialogues_001.json").read_text())] == \
+        [d["dialogue_id"] for d in data]
+    third = _Counting(get_projection("sgd"))
+    run_projection(run, third, out, rebuild=True)
+    assert len(third.folded) == len(data)
+
+
+def test_checkpoint_of_another_run_is_refused(tmp_path):
+    """--out holding another run's projection is an error unless --rebuild."""
+    a, b, out = tmp_path / "a", tmp_path / "b", tmp_path / "out"
+    import_sgd(FIXTURES, a, run_id="one")
+    import_sgd(FIXTURES, b, run_id="two")
+    run_projection(a, get_projection("sgd"), out)
+    with pytest.raises(UserError, match="another --out"):
+        run_projection(b, get_projection("sgd"), out)
+    run_projection(b, get_projection("sgd"), out, rebuild=True)
+
+
+def test_live_engine_episodes_project_to_loadable_sgd(tmp_path):
+    """Episodes of the real engine with agents that produce no acts still give SGD-shaped dialogues."""
+    log = simulate(episodes=3)
+    run = tmp_path / "run"
+    write_events(run, log, run_id="test-run", config={})
+    out = tmp_path / "out"
+    run_projection(run, get_projection("sgd"), out)
+    dialogues = json.loads((out / "dialogues_001.json").read_text())
+    assert len(dialogues) == 3 and sum(1 for d in dialogues if d["services"]) == 2
+    for d in dialogues:
+        assert set(d) == {"dialogue_id", "services", "turns"}
+        assert d["turns"][0]["speaker"] == "USER"
+        for turn in d["turns"]:
+            # a scenario without any service (small talk) has no frame to give
+            assert bool(turn["frames"]) == bool(d["services"])
+            for frame in turn["frames"]:
+                assert {"actions", "service", "slots"} <= set(frame)
+                assert ("state" in frame) == (turn["speaker"] == "USER")
+
+
+def test_tool_calls_attach_to_the_system_frame(tmp_path):
+    """ToolCalled/ToolReturned before an agent turn become service_call/service_results (frame created)."""
+    env = dict(run="r", ep="e1", wall=0, t=0.0)
+    events = [
+        EpisodeStarted(**env, seq=0, scenario_id="s", seed=0,
+                       scenario={"id": "s", "kind": "sgd", "data": {"services": ["Hotels_4"]}}),
+        UserTurn(**env, seq=1, turn=0, utterance="find a hotel", frames=[Frame(service="Hotels_4")]),
+        ToolCalled(**env, seq=2, call_id="c1", service="Hotels_4", method="SearchHotel",
+                   parameters={"location": "Paris", "stars": 4}),
+        ToolReturned(**env, seq=3, call_id="c1", results=[{"hotel_name": "Le H", "star_rating": 4}]),
+        AgentTurn(**env, seq=4, turn=1, utterance="Le H is nice."),
+        EpisodeEnded(**env, seq=5, outcome="success"),
+    ]
+    run = tmp_path / "run"
+    write_events(run, events, run_id="r", config={})
+    out = tmp_path / "out"
+    run_projection(run, get_projection("sgd"), out)
+    (d,) = json.loads((out / "dialogues_001.json").read_text())
+    system = d["turns"][1]["frames"]
+    assert system == [{"actions": [], "service": "Hotels_4",
+                       "service_call": {"method": "SearchHotel", "parameters": {"location": "Paris", "stars": "4"}},
+                       "service_results": [{"hotel_name": "Le H", "star_rating": "4"}], "slots": []}]
+    assert d["turns"][0]["frames"][0]["state"] == {"active_intent": "NONE", "requested_slots": [], "slot_values": {}}
+
+
+def test_bad_dialogue_fails_cleanly_or_is_skipped(tmp_path, capsys):
+    """An unknown service: exit 2 naming file, dialogue and turn, no run left; --skip-invalid imports the rest."""
+    data = json.loads((FIXTURES / "dialogues_001.json").read_text())
+    data[3]["turns"][2]["frames"][0]["service"] = "Spaceships_1"
+    src = _split(tmp_path, data, "bad")
+    run = tmp_path / "run"
+    assert main(["import", "sgd", str(src), "--out", str(run)]) == 2
+    err = capsys.readouterr().err
+    assert "dialogues_001.json" in err and data[3]["dialogue_id"] in err and "turn 2" in err
+    assert "Spaceships_1" in err and not run.exists()
+    assert main(["import", "sgd", str(src), "--out", str(run), "--skip-invalid"]) == 0
+    captured = capsys.readouterr()
+    assert "skipped 1 invalid" in captured.err and f"imported {len(data) - 1} dialogues" in captured.out
+    assert sum(1 for _ in read_episodes(run)) == len(data) - 1
+
+
+def test_missing_schema_is_a_user_error(tmp_path):
+    """A split without schema.json and no --schema is refused with the path."""
+    src = tmp_path / "split"
+    src.mkdir()
+    shutil.copy(FIXTURES / "dialogues_001.json", src)
+    with pytest.raises(UserError, match="schema.json"):
+        import_sgd(src, tmp_path / "run")
+
+
+def test_sgdx_on_projection_and_import_agree(tmp_path):
+    """--sgdx v1 on the projection equals --sgdx v1 on import; schema.json holds the variant schemas."""
+    sgdx = ["--sgdx", "v1", "--sgdx-dir", str(FIXTURES / "sgd_x"), "--sgdx-originals", str(FIXTURES / "originals")]
+    plain, renamed = tmp_path / "plain", tmp_path / "renamed"
+    assert main(["import", "sgd", str(FIXTURES), "--out", str(plain)]) == 0
+    assert main(["import", "sgd", str(FIXTURES), "--out", str(renamed), *sgdx]) == 0
+    a, b = tmp_path / "a", tmp_path / "b"
+    assert main(["project", str(plain), "--to", "sgd", "--out", str(a), "--no-progress", *sgdx]) == 0
+    assert main(["project", str(renamed), "--to", "sgd", "--out", str(b), "--no-progress"]) == 0
+    assert (a / "dialogues_001.json").read_bytes() == (b / "dialogues_001.json").read_bytes()
+    variant = json.loads((FIXTURES / "sgd_x" / "v1" / "dev" / "schema.json").read_text())
+    assert json.loads((a / "schema.json").read_text()) == sorted(variant, key=lambda s: s["service_name"])
+    services = {f["service"] for d in _dialogues(a).values() for t in d["turns"] for f in t["frames"]}
+    assert services == {s["service_name"] for s in variant}
+    # changing the option on the same output dir refolds instead of mixing names
+    assert main(["project", str(plain), "--to", "sgd", "--out", str(a), "--no-progress"]) == 0
+    assert (a / "dialogues_001.json").read_bytes() == (FIXTURES / "dialogues_001.json").read_bytes()
