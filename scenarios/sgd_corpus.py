@@ -269,6 +269,18 @@ def _text(value: Any) -> str:
     return value if isinstance(value, str) else _encoder.encode(value).decode()
 
 
+_str_rows = list[dict[str, str]]
+
+
+def _rows(results: list[dict[str, Any]]) -> list[dict[str, str]]:
+    try:
+        # the common case (every value already a string) is checked in C without building anything new
+        msgspec.convert(results, _str_rows)
+        return results
+    except msgspec.ValidationError:
+        return [{k: _text(v) for k, v in row.items()} for row in results]
+
+
 def _frame_out(frame: Frame, user: bool) -> SgdFrame:
     state = frame.state
     if user:
@@ -316,7 +328,7 @@ def events_to_dialogue(events: list[Any]) -> SgdDialogue | None:
                     target.service_call = SgdCall(method=call.method,
                                                   parameters={k: _text(v) for k, v in call.parameters.items()})
                     results = returned.results if returned is not None and returned.results is not None else []
-                    target.service_results = [{k: _text(v) for k, v in row.items()} for row in results]
+                    target.service_results = _rows(results)
                 pending = []
             for f in frames:
                 if f.service not in seen_services:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import gc
 import sys
 from pathlib import Path
 from typing import Any
@@ -38,14 +37,10 @@ def handle(args: argparse.Namespace) -> int:
     run = RunDir.open(args.run_dir)
     bar = None if args.no_progress else tqdm(desc=f"{projection.name}@v{projection.version}", unit=" episodes",
                                              file=sys.stderr, leave=False, disable=None)
-    gc_was_enabled = gc.isenabled()
-    gc.disable()  # folds build many acyclic objects; cycle collection only costs time here
     try:
         report = run_projection(run, projection, Path(args.out) if args.out else None, rebuild=args.rebuild,
                                 skip_corrupt=args.skip_corrupt, progress=bar.update if bar is not None else None)
     finally:
-        if gc_was_enabled:
-            gc.enable()
         if bar is not None:
             bar.close()
     print(f"{projection.name}@v{projection.version}: {report.episodes_total} episodes "

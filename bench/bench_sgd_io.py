@@ -1,0 +1,89 @@
+"""SGD import and projection throughput, in turns per second on one core.
+
+Imports an SGD split (default: the real dev split in ../shared/sgd, 38,768 turns; without it, the
+in-repo fixture repeated to a similar size) into a fresh run directory with ``import_sgd``, then
+projects it back with the ``sgd`` projection, then runs the projection again on the unchanged log (the
+incremental no-op). Each step is timed end to end, files included. Target: >= 50,000 turns/s each way.
+
+    python bench/bench_sgd_io.py [--src DIR --schema PATH] [--repeat 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+from dialogsim.engine.commands.import_ import import_sgd
+from dialogsim.engine.oplog import configure_logging
+from dialogsim.engine.projections import get_projection, run_projection
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED = ROOT.parent / "shared" / "sgd"
+FIXTURES = ROOT / "tests" / "fixtures" / "sgd"
+TARGET = 50_000
+
+
+def _fixture_split(directory: Path, copies: int) -> Path:
+    """The fixture dialogues repeated ``copies`` times (new ids) as a split directory of 128-dialogue files."""
+    base = json.loads((FIXTURES / "dialogues_001.json").read_text())
+    dialogues = []
+    for n in range(copies):
+        for d in base:
+            dialogues.append({**d, "dialogue_id": f"{d['dialogue_id']}-{n}"})
+    directory.mkdir(parents=True)
+    for i in range(0, len(dialogues), 128):
+        (directory / f"dialogues_{i // 128 + 1:03d}.json").write_text(json.dumps(dialogues[i:i + 128], indent=2))
+    shutil.copy(FIXTURES / "schema.json", directory / "schema.json")
+    return directory
+
+
+def _timed(fn):
+    gc.collect()
+    start = time.perf_counter()
+    result = fn()
+    return result, time.perf_counter() - start
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--src", type=Path, help="SGD split directory (default: ../shared/sgd/dev)")
+    parser.add_argument("--schema", type=Path, help="its schema.json")
+    parser.add_argument("--repeat", type=int, default=3, help="runs; the best is reported (default 3)")
+    args = parser.parse_args()
+    configure_logging("console", "warning")
+    with tempfile.TemporaryDirectory() as tmp_name:
+        tmp = Path(tmp_name)
+        if args.src is not None:
+            src, schema = args.src, args.schema
+        elif (SHARED / "dev").is_dir():
+            src, schema = SHARED / "dev", SHARED / "schemas" / "dev" / "schema.json"
+        else:
+            src, schema = _fixture_split(tmp / "fixture", copies=510), None
+            print("../shared/sgd not found: using the in-repo fixture repeated 510 times")
+        best_import = best_project = best_noop = float("inf")
+        turns = dialogues = 0
+        for k in range(args.repeat):
+            run, out = tmp / f"run{k}", tmp / f"out{k}"
+            stats, t_import = _timed(lambda: import_sgd(src, run, schema=schema))
+            report, t_project = _timed(lambda: run_projection(run, get_projection("sgd"), out))
+            _, t_noop = _timed(lambda: run_projection(run, get_projection("sgd"), out))
+            turns, dialogues = stats.turns, stats.dialogues
+            best_import, best_project, best_noop = min(best_import, t_import), min(best_project, t_project), \
+                min(best_noop, t_noop)
+            shutil.rmtree(run)
+            shutil.rmtree(out)
+    print(f"corpus: {dialogues} dialogues, {turns} turns ({src})")
+    for label, seconds in (("import  (SGD files -> event log)", best_import),
+                           ("project (event log -> SGD files)", best_project),
+                           ("project again, nothing new     ", best_noop)):
+        rate = turns / seconds
+        print(f"{label}: {seconds:6.3f} s  {rate:10,.0f} turns/s  ({rate / TARGET:4.2f}x the {TARGET:,} target)")
+
+
+if __name__ == "__main__":
+    main()
