@@ -14,6 +14,7 @@ import math
 import random
 import ssl
 import time
+import urllib.parse
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, TypeVar
 
@@ -141,6 +142,13 @@ def backoff_delay(attempt: int, settings: HttpSettings, rng: random.Random, retr
     return delay
 
 
+def _safe_url(url: str) -> str:
+    """A URL fit for a log: no query string and no user:password part (either may hold a credential)."""
+    parts = urllib.parse.urlsplit(url)
+    host = parts.netloc.rpartition("@")[2]
+    return urllib.parse.urlunsplit((parts.scheme, host, parts.path, "", ""))
+
+
 class HttpPool:
     """One aiohttp session and in-flight semaphore shared by all episodes of an agent factory."""
 
@@ -220,7 +228,7 @@ class HttpPool:
             async with session.post(url, data=body, headers=headers, allow_redirects=False) as resp:
                 if resp.status >= 300:
                     # Drain a little so the connection can be reused; the body is never put in the detail.
-                    detail = f"HTTP {resp.status} from {url}"
+                    detail = f"HTTP {resp.status} from {_safe_url(url)}"
                     fault = FaultReport(kind="http_status", detail=self._scrub(detail), attempt=attempt)
                     if resp.status in RETRY_STATUSES:
                         wait = parse_retry_after(resp.headers.get("Retry-After")) if resp.status in (429, 503) else None

@@ -102,7 +102,7 @@ class ResponseToolCall(msgspec.Struct, kw_only=True, forbid_unknown_fields=True)
     call_id: str = ""
 
 
-class NativeResponse(msgspec.Struct, kw_only=True, omit_defaults=True):
+class NativeResponse(msgspec.Struct, kw_only=True):
     """The agent's answer: tool calls to run, or its turn (utterance, acts, state, end flag), and usage."""
 
     protocol: Literal["dialogsim/1"] = "dialogsim/1"

@@ -173,7 +173,9 @@ class OpenAIChatAgent:
         if obs.user.turn != self._turn:
             self._turn, self._elapsed = obs.user.turn, 0.0
         messages = history_messages(obs.history, obs.user, obs.tool_results, self._last_calls)
-        body: dict[str, Any] = {"model": f.model, "messages": chat_messages(self._system, messages)}
+        # `user` (OpenAI's end-user id) carries the episode id, so a server can keep per-episode state.
+        body: dict[str, Any] = {"model": f.model, "messages": chat_messages(self._system, messages),
+                                "user": self.ctx.episode_id}
         if self._tools:
             body["tools"] = self._tools
         if f.temperature is not None:
@@ -203,12 +205,11 @@ class OpenAIChatAgent:
 
 def chat_url(base: str) -> str:
     """The completions URL of a base URL (``http://h:p``, ``.../v1`` or the full path)."""
+    base, sep, query = base.partition("?")
     base = base.rstrip("/")
-    if base.endswith("/chat/completions"):
-        return base
-    if base.endswith("/v1"):
-        return base + "/chat/completions"
-    return base + "/v1/chat/completions"
+    if not base.endswith("/chat/completions"):
+        base += "/chat/completions" if base.endswith("/v1") else "/v1/chat/completions"
+    return base + sep + query
 
 
 class OpenAIAgentFactory:

@@ -44,7 +44,7 @@ class _Session:
 
     agent: Any
     pos: int = 0  # messages consumed
-    last: bytes = b""  # the encoded last consumed message, to check that a request continues this session
+    digest: bytes = b""  # of the consumed messages, to check that a request continues this very conversation
     pending: int = 0  # tool calls the agent asked for and whose results it has not been given yet
     user: UserTurn | None = None
     events: list[Event] = field(default_factory=list)
@@ -83,19 +83,22 @@ class AgentHost:
         # Take the session out while answering: a concurrent duplicate (a client retry) replays instead.
         session = self.sessions.pop(episode_id, None)
         if (session is not None and 0 < session.pos < len(messages)
-                and self._enc.encode(messages[session.pos - 1]) == session.last):
+                and self._digest(messages[:session.pos]) == session.digest):
             self.stats["hits"] += 1
         else:
             self.stats["replays"] += session is not None or len(messages) > 1
             session = self._fresh(episode_id, tools, scenario, seed)
         reply = await self._feed(session, messages, episode_id)
         session.pos = len(messages)
-        session.last = self._enc.encode(messages[-1])
+        session.digest = self._digest(messages)
         session.pending = len(reply.tool_calls)
         self.sessions[episode_id] = session
         while len(self.sessions) > self.max_sessions:
             self.sessions.popitem(last=False)
         return reply
+
+    def _digest(self, messages: list[Message]) -> bytes:
+        return hashlib.blake2b(self._enc.encode(messages), digest_size=16).digest()
 
     def _fresh(self, episode_id: str, tools: list[ToolSpec], scenario: Scenario | None,
                seed: int | None) -> _Session:
