@@ -30,11 +30,16 @@ class ScriptedAgent:
     def __init__(self, lines: list[ScriptLine] | None = None) -> None:
         self._fixed = lines
         self.lines: list[ScriptLine] = []
+        self.replies: list[AgentReply] = []
         self.answered = 0
 
     def start(self, ctx: EpisodeContext) -> None:
         raw = ctx.scenario.data.get("agent", [])
-        self.lines = self._fixed if self._fixed is not None else msgspec.convert(raw, list[ScriptLine])
+        lines = self._fixed if self._fixed is not None else msgspec.convert(raw, list[ScriptLine])
+        if lines is not self.lines:
+            self.lines = lines
+            # The engine never changes a reply, so one prepared reply per line serves every turn.
+            self.replies = [AgentReply(utterance=line.utterance, end=line.end) for line in lines]
         self.answered = 0
 
     def respond(self, obs: Observation) -> AgentReply:
@@ -43,12 +48,13 @@ class ScriptedAgent:
         line = self.lines[self.answered]
         if line.tool_calls and not obs.tool_results:
             return AgentReply(tool_calls=line.tool_calls)
+        reply = self.replies[self.answered]
         self.answered += 1
-        text = line.utterance
-        if obs.tool_results and "{" in text:
+        if obs.tool_results and "{" in line.utterance:
             row = next((r.results[0] for r in obs.tool_results if r.results), {})
-            text = _FIELD.sub(lambda m: str(row.get(m.group(1), m.group(0))), text)
-        return AgentReply(utterance=text, end=line.end)
+            text = _FIELD.sub(lambda m: str(row.get(m.group(1), m.group(0))), line.utterance)
+            return AgentReply(utterance=text, end=line.end)
+        return reply
 
 
 def _factory(arg: str | None, scenarios: Any, options: dict[str, Any]):

@@ -206,32 +206,51 @@ class Batch:
             agent.start(EpisodeContext(episode_id=rec.ep, scenario=scenario, tools=tools,
                                        rng=partial(stream, seed, "agent"), seed=seed))
             history: list[Event] = []
-            reply: UserReply | None = yield from self._user_step(rec, user, _attempt(user.respond, None))
+            think, latency_model = settings.think.sample, settings.latency.sample
+            user_respond, agent_respond = user.respond, agent.respond
+            replay_agent = not agent.deterministic
+            run_id, ep, sink_append = rec.run, rec.ep, self.sink.append
+            reply: UserReply | None = yield from self._user_step(rec, user, _attempt(user_respond, None))
             while True:
                 if reply is None:
                     outcome = _verdict(user, "abandoned", "the user left without a word")
                     break
-                rec.t += reply.think if reply.think is not None else settings.think.sample(timing)
-                # Turn events are built in place: forwarding keywords through emit() doubles their cost.
-                said = rec.record(UserTurn(run=rec.run, ep=rec.ep, seq=rec.seq, t=rec.t, wall=_now_ns(), turn=turn,
-                                           utterance=reply.utterance, frames=reply.frames, end=reply.end,
-                                           reaction=reply.reaction))
+                rec.t += reply.think if reply.think is not None else think(timing)
+                # Turn events are built and sunk in place (rec.record's job, inlined): this loop is the hot path.
+                said = UserTurn(run=run_id, ep=ep, seq=rec.seq, t=rec.t, wall=_now_ns(), turn=turn,
+                                utterance=reply.utterance, frames=reply.frames, end=reply.end,
+                                reaction=reply.reaction)
+                if rec.seq < len(rec.tape):
+                    said = rec.record(said)
+                else:
+                    sink_append(said)
+                    rec.seq += 1
                 history.append(said)
                 turn += 1
                 # Fast path: a plain reply without tool calls or faults needs no generator of its own.
                 obs = Observation(user=said, history=history, tool_results=[], turn_index=turn)
-                first = (_attempt(agent.respond, obs) if agent.deterministic or rec.seq >= len(rec.tape)
-                         else _MISSING)
+                if replay_agent and rec.seq < len(rec.tape):
+                    first = _MISSING
+                else:
+                    try:
+                        first = agent_respond(obs)
+                    except Exception as exc:
+                        first = _Raised(exc)
                 if type(first) is AgentReply and not first.tool_calls and not first.faults:
                     answer = first
                 else:
                     answer = yield from self._agent_turn(rec, agent, world, obs, history, first)
-                latency = answer.latency if answer.latency is not None else settings.latency.sample(timing)
+                latency = answer.latency if answer.latency is not None else latency_model(timing)
                 rec.t += latency
-                spoken = rec.record(AgentTurn(run=rec.run, ep=rec.ep, seq=rec.seq, t=rec.t, wall=_now_ns(),
-                                              turn=turn, utterance=answer.utterance, frames=answer.frames,
-                                              state=answer.state, end=answer.end, latency=latency,
-                                              usage=answer.usage, cost=answer.cost, action=answer.action))
+                spoken = AgentTurn(run=run_id, ep=ep, seq=rec.seq, t=rec.t, wall=_now_ns(), turn=turn,
+                                   utterance=answer.utterance, frames=answer.frames, state=answer.state,
+                                   end=answer.end, latency=latency, usage=answer.usage, cost=answer.cost,
+                                   action=answer.action)
+                if rec.seq < len(rec.tape):
+                    spoken = rec.record(spoken)
+                else:
+                    sink_append(spoken)
+                    rec.seq += 1
                 history.append(spoken)
                 turn += 1
                 if said.end or spoken.end:
@@ -240,7 +259,10 @@ class Batch:
                 if turn >= settings.max_turns:
                     outcome = ("max_turns", f"reached the limit of {settings.max_turns} turns", {})
                     break
-                reply = _attempt(user.respond, spoken)
+                try:
+                    reply = user_respond(spoken)
+                except Exception as exc:
+                    reply = _Raised(exc)
                 if reply is not None and type(reply) is not UserReply:
                     reply = yield from self._user_step(rec, user, reply)
         except _EpisodeError as exc:
