@@ -348,6 +348,9 @@ def events_to_dialogue(events: list[Any]) -> SgdDialogue | None:
     data = scenario_data(started)
     services = data.get("services")
     if not isinstance(services, list) or not services:
+        goal = data.get("goal")  # simulated SGD scenarios keep the services in their goal
+        services = goal.get("services") if isinstance(goal, dict) else None
+    if not isinstance(services, list) or not services:
         services = seen_services or list(snapshot_schemas(data))
     dialogue_id = data.get("dialogue_id") or started.ep
     default_service = services[0] if services else ""

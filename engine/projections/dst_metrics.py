@@ -243,10 +243,16 @@ def score_episode(events: list[Any]) -> EpisodeScores | None:
         return None
     frames: list[FrameScore] = []
     unscored = 0
-    for i, turn in enumerate(turns):
+    reply: AgentTurn | None = None
+    replies: list[AgentTurn | None] = []
+    for turn in reversed(turns):  # the agent turn that follows each turn, in one backward pass
+        replies.append(reply)
+        if isinstance(turn, AgentTurn):
+            reply = turn
+    replies.reverse()
+    for turn, reply in zip(turns, replies):
         if not isinstance(turn, UserTurn):
             continue
-        reply = next((t for t in turns[i + 1:] if isinstance(t, AgentTurn)), None)
         if reply is None or reply.state is None:
             unscored += 1
             continue

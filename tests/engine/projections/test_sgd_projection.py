@@ -209,3 +209,62 @@ def test_sgdx_on_projection_and_import_agree(tmp_path):
     # changing the option on the same output dir refolds instead of mixing names
     assert main(["project", str(plain), "--to", "sgd", "--out", str(a), "--no-progress"]) == 0
     assert (a / "dialogues_001.json").read_bytes() == (FIXTURES / "dialogues_001.json").read_bytes()
+
+
+def test_import_memory_does_not_grow_with_the_number_of_files(tmp_path):
+    """Peak traced memory of an import of 16 files stays close to that of 4 files (one file at a time)."""
+    import tracemalloc
+
+    data = json.loads((FIXTURES / "dialogues_001.json").read_text())
+
+    def split(name: str, files: int) -> Path:
+        directory = tmp_path / name
+        directory.mkdir()
+        for n in range(files):
+            copies = [{**d, "dialogue_id": f"{d['dialogue_id']}-{n}-{k}"} for k in range(4) for d in data]
+            (directory / f"dialogues_{n + 1:03d}.json").write_text(json.dumps(copies))
+        shutil.copy(FIXTURES / "schema.json", directory / "schema.json")
+        return directory
+
+    peaks = []
+    for name, files in (("small", 4), ("large", 16)):
+        src = split(name, files)
+        tracemalloc.start()
+        import_sgd(src, tmp_path / f"run-{name}")
+        peaks.append(tracemalloc.get_traced_memory()[1])
+        tracemalloc.stop()
+    assert peaks[1] < 1.5 * peaks[0]
+
+
+def test_duplicate_dialogue_ids_are_refused(tmp_path):
+    """Two dialogues with one id would be one episode: refused, or skipped with --skip-invalid."""
+    data = json.loads((FIXTURES / "dialogues_001.json").read_text())
+    src = _split(tmp_path, data + data[:1], "dup")
+    with pytest.raises(UserError, match="duplicate dialogue id"):
+        import_sgd(src, tmp_path / "run")
+    stats = import_sgd(src, tmp_path / "run2", skip_invalid=True)
+    assert stats.dialogues == len(data) and len(stats.skipped) == 1
+
+
+def test_real_dev_split_imports_as_an_sgdx_variant(shared_sgd, tmp_path):
+    """import --sgdx v3 of the real dev split: every frame service is a v3 name; values untouched."""
+    from dialogsim.scenarios.sgdx import load_sgdx
+
+    mapping = load_sgdx("v3", shared_sgd / "sgd_x")
+    run, out = tmp_path / "run", tmp_path / "out"
+    import_sgd(shared_sgd / "dev", run, schema=shared_sgd / "schemas" / "dev" / "schema.json", sgdx=mapping)
+    run_projection(run, get_projection("sgd"), out)
+    got = _dialogues(out)
+    original = _dialogues(shared_sgd / "dev")
+    assert got.keys() == original.keys()
+    variant_services = {s["service_name"] for s in json.loads((out / "schema.json").read_text())}
+    for dialogue_id, d in got.items():
+        o = original[dialogue_id]
+        assert d["services"] == [mapping.service(s) for s in o["services"]]
+        assert set(d["services"]) <= variant_services
+        for t, to in zip(d["turns"], o["turns"]):
+            assert t["utterance"] == to["utterance"]
+            for f, fo in zip(t["frames"], to["frames"]):
+                if "state" in f:
+                    assert sorted(map(sorted, f["state"]["slot_values"].values())) == \
+                        sorted(map(sorted, fo["state"]["slot_values"].values()))
