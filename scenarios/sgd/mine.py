@@ -8,6 +8,7 @@ from typing import Any, Iterable
 
 from .nlg import act_token, generic_token, signature
 from .schema import ServiceSchema
+from .values import _kind
 
 _TIMEISH = re.compile(r"^\d{1,2}:\d{2}$|^\d{4}-\d{2}-\d{2}$")
 MAX_TEMPLATES = 40
@@ -21,6 +22,20 @@ class _A:
 
     def __init__(self, raw: dict[str, Any]):
         self.act, self.slot, self.values = raw["act"], raw.get("slot", ""), list(raw.get("values", []))
+
+
+def _stem(word: str) -> str:
+    return word[:-1] if word.endswith("s") else word
+
+
+_WORD = re.compile(r"[a-z]{3,}")
+# Words that carry no slot meaning: a generic template for any slot's value may use only these.
+_FUNCTION_WORDS = frozenset("please it is it's its i i'd i'll want would like prefer make let's go with that sounds "
+                            "good okay ok yes sure fine great try how about".split())
+
+
+def _plain(parts: tuple) -> bool:
+    return all(w in _FUNCTION_WORDS for p in parts if isinstance(p, str) for w in re.findall(r"[a-z']+", p.lower()))
 
 
 def _boundary_ok(text: str, start: int, end: int) -> bool:
@@ -100,6 +115,10 @@ class Miner:
             sp: defaultdict(lambda: defaultdict(Counter)) for sp in ("USER", "SYSTEM")}
         self.generic: dict[str, dict[str, dict[tuple, set]]] = {
             sp: defaultdict(lambda: defaultdict(set)) for sp in ("USER", "SYSTEM")}
+        self.by_slot: dict[str, dict[str, dict[str, Counter]]] = {
+            sp: defaultdict(lambda: defaultdict(Counter)) for sp in ("USER", "SYSTEM")}
+        self._vocab: dict[str, frozenset[str]] = {}
+        self.words: dict[str, Counter] = defaultdict(Counter)  # stemmed word -> domain -> turns using it
         self.dialogues = 0
         self.turns = 0
         self.delex_ok = 0
@@ -112,13 +131,17 @@ class Miner:
             self.turns += 1
             speaker = turn.get("speaker")
             frames = turn.get("frames", [])
+            if frames and frames[0].get("service") in self.services:
+                domain = frames[0]["service"].rsplit("_", 1)[0]
+                for w in set(_WORD.findall(turn.get("utterance", "").lower())):
+                    self.words[_stem(w)][domain] += 1
             for frame in frames:
                 svc = frame.get("service")
                 if svc not in self.services:
                     continue
                 for a in frame.get("actions", []):
                     vals, canon = a.get("values", []), a.get("canonical_values", [])
-                    if a.get("slot") and a.get("slot") != "intent" and len(vals) == len(canon):
+                    if a.get("slot") and not a["act"].endswith("_INTENT") and len(vals) == len(canon):
                         for v, c in zip(vals, canon):
                             self.spoken[svc][a["slot"]][c][v] += 1
                             if _TIMEISH.match(c):
@@ -127,16 +150,53 @@ class Miner:
                     self._call(svc, frame["service_call"], frame.get("service_results", []))
             if len(frames) == 1 and speaker in ("USER", "SYSTEM") and frames[0].get("service") in self.services:
                 got = delexicalise(turn.get("utterance", ""), frames[0])
-                if got is not None:
+                if got is not None and any(isinstance(p, int) or any(c.isalpha() for c in p) for p in got[1]):
                     self.delex_ok += 1
                     sig, parts = got
                     svc = frames[0]["service"]
                     self.templates[speaker][svc][sig][tuple(parts)] += 1
                     acts = frames[0]["actions"]
                     if len(acts) == 1:
+                        slot = acts[0].get("slot", "")
+                        spec = self.services[svc].slots.get(slot)
                         self.generic[speaker][generic_token(_A(acts[0]))][tuple(parts)].add(
-                            (svc.rsplit("_", 1)[0], acts[0].get("slot", "")))
+                            (svc.rsplit("_", 1)[0], _kind(spec) if spec else slot))
+                        if slot:
+                            self.by_slot[speaker][sig][svc][tuple(parts)] += 1
         self.stat.add(dialogue, self.services)
+
+    def _transferable(self, svc: str, parts: tuple) -> bool:
+        """Whether a template avoids its domain's own words, so it may speak for another service.
+
+        A word belongs to a domain when the schema names it (domain, service description, intents) or
+        when most real turns using it are of that domain ("forecast", "food", "cab").
+        """
+        domain = svc.rsplit("_", 1)[0]
+        vocab = self._vocab.get(svc)
+        if vocab is None:
+            schema = self.services[svc]
+            text = " ".join([schema.domain, schema.description] + [re.sub(r"(?<!^)(?=[A-Z])", " ", i) for i in schema.intents])
+            vocab = self._vocab[svc] = frozenset(_stem(w) for w in _WORD.findall(text.lower()))
+        for p in parts:
+            if isinstance(p, str):
+                for w in _WORD.findall(p.lower()):
+                    w = _stem(w)
+                    if w in vocab:
+                        return False
+                    by = self.words.get(w)
+                    if by and by[domain] >= 0.6 * sum(by.values()):
+                        return False
+        return True
+
+    def by_slot_out(self, speaker: str) -> dict[str, dict[str, list[list]]]:
+        """Single-act templates free of domain words: token (slot included) -> source service -> templates."""
+        out: dict[str, dict[str, list[list]]] = {}
+        for tok, by in sorted(self.by_slot[speaker].items()):
+            for svc, c in sorted(by.items()):
+                keep = [list(t) for t, _ in c.most_common() if "_INTENT(" in tok or self._transferable(svc, t)]
+                if keep:
+                    out.setdefault(tok, {})[svc] = keep[: MAX_TEMPLATES // 2]
+        return out
 
     def _call(self, svc: str, call: dict[str, Any], results: list[dict[str, str]]) -> None:
         method = call.get("method", "")
@@ -183,11 +243,13 @@ class Miner:
         """Templates seen in at least two domains (and two slots for slot acts): domain-agnostic phrasing."""
         out: dict[str, list[list]] = {}
         for tok, tpls in sorted(self.generic[speaker].items()):
+            if "(*)" in tok or "(*x" in tok:
+                continue  # a bare REQUEST names its slot in words: never domain-agnostic
             keep = []
             for t, where in tpls.items():
                 domains = {d for d, _ in where}
-                slots = {s for _, s in where}
-                if len(domains) >= 2 and (len(slots) >= 2 or "(*" not in tok):
+                kinds = {k for _, k in where}
+                if len(domains) >= 2 and ("(*" not in tok or (len(kinds) >= 2 and _plain(t))):
                     keep.append((-len(where), t))
             if keep:
                 out[tok] = [list(t) for _, t in sorted(keep, key=lambda x: (x[0], repr(x[1])))[:MAX_TEMPLATES]]
@@ -250,7 +312,7 @@ class _Stats:
                 for a in fr.get("actions", []):
                     for c in a.get("canonical_values", []):
                         slot = a.get("slot", "")
-                        if slot not in ("", "intent", "count") and not services[svc].is_categorical(slot):
+                        if slot in services[svc].slots and not services[svc].is_categorical(slot):
                             known[svc].setdefault(c, slot)
                 call = fr.get("service_call")
                 if call:

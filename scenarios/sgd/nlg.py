@@ -2,7 +2,8 @@
 
 A template is a list of parts: literal strings and ints, an int being the index of an act value in the
 signature's placeholder order (acts sorted by token, values in order). Values rendered by meaning rather
-than literally ("intent" values, True/False/dontcare) are part of the token, so they have no placeholder.
+than literally (the intent named by INFORM_INTENT-style acts, True/False/dontcare) are part of the token,
+so they have no placeholder.
 Lookup order for a signature: the service's bank, then its domain's bank (services sharing the domain name,
 which share slot names), then a composition of per-act groups, each looked up the same way and finally in
 the generic bank (templates seen in several domains) or a built-in phrase rendered from the schema.
@@ -11,6 +12,7 @@ the generic bank (templates seen in several domains) or a built-in phrase render
 from __future__ import annotations
 
 import random
+import re
 from typing import Any, Sequence
 
 from ...engine.events import Act, SlotSpan
@@ -32,7 +34,7 @@ def act_token(act: str, slot: str, values: Sequence[str]) -> tuple[str, bool]:
     """The signature token of one act and whether its values are placeholders (else bound into the token)."""
     if not slot:
         return act, False
-    if slot == "intent" or (values and any(v in BOUND_VALUES for v in values)):
+    if act.endswith("_INTENT") or (values and any(v in BOUND_VALUES for v in values)):
         return f"{act}({slot}={'|'.join(values)})", False
     if not values:
         return f"{act}({slot})", False
@@ -49,10 +51,21 @@ def signature(acts: Sequence[Any]) -> tuple[str, list[int]]:
 
 
 def _phrase(svc: ServiceSchema | None, slot: str) -> str:
-    """A noun phrase for a slot: its schema description with a lower-case start, else its name in words."""
+    """A noun phrase for a slot: its schema description, lower-case start, no leading article; else its name."""
     desc = svc.slots[slot].description if svc is not None and slot in svc.slots else ""
     text = desc.strip().rstrip(".") or slot.replace("_", " ")
-    return text[:1].lower() + text[1:]
+    text = text[:1].lower() + text[1:]
+    for lead in ("boolean flag indicating ", "boolean flag for ", "flag indicating ", "denotes "):
+        if text.startswith(lead):
+            text = text[len(lead):]
+    for article in ("the ", "a ", "an "):
+        if text.startswith(article):
+            return text[len(article):]
+    return text
+
+
+def _nameish(slot: str) -> bool:
+    return slot.endswith("name") or slot.endswith("title") or slot in ("artist", "song", "album", "director")
 
 
 def _intent_phrase(svc: ServiceSchema | None, intent: str) -> str:
@@ -67,7 +80,7 @@ def _intent_phrase(svc: ServiceSchema | None, intent: str) -> str:
 def builtin_template(speaker: str, svc: ServiceSchema | None, act: Act) -> Template:
     """A plain template for one act, rendered from the schema's descriptions (the last-resort fallback)."""
     a, slot, vals = act.act, act.slot, act.values
-    if slot == "intent":
+    if a.endswith("_INTENT") and slot:
         ip = _intent_phrase(svc, vals[0] if vals else "")
         return {"INFORM_INTENT": [f"I want to {ip}."], "OFFER_INTENT": [f"Would you like to {ip}?"],
                 "AFFIRM_INTENT": [f"Yes, I want to {ip}."], "NEGATE_INTENT": [f"No, I don't want to {ip}."]
@@ -86,18 +99,20 @@ def builtin_template(speaker: str, svc: ServiceSchema | None, act: Act) -> Templ
         word = {"True": "yes", "False": "no", "dontcare": "any is fine"}[v]
         return [f"{ph[:1].upper()}{ph[1:]}: {word}."]
     if not vals:
-        if speaker == "SYSTEM":
-            return [f"Could you tell me the {ph}?"]
-        return [f"What is the {ph}?"]
+        if ph.startswith("whether") or ph.startswith("if "):
+            return [f"Could you tell me {ph}?"] if speaker == "SYSTEM" else [f"Can you tell me {ph}?"]
+        return [f"Could you tell me the {ph}?"] if speaker == "SYSTEM" else [f"What is the {ph}?"]
     if len(vals) > 1:
         parts: Template = [f"For the {ph}, "]
         for k in range(len(vals)):
             parts += ([", ", k] if 0 < k < len(vals) - 1 else [" or ", k] if k else [k])
         return parts + ["?"]
-    lead = {("SYSTEM", "CONFIRM"): f"Please confirm the {ph}: ", ("SYSTEM", "OFFER"): f"How about this {ph}: ",
+    if a == "OFFER" and speaker == "SYSTEM" and _nameish(slot):
+        return ["How about ", 0, "?"]
+    lead = {("SYSTEM", "CONFIRM"): f"Please confirm the {ph}: ", ("SYSTEM", "OFFER"): f"Its {ph} is ",
             ("USER", "REQUEST"): f"Is the {ph} ", ("USER", "SELECT"): f"I'll take this {ph}: ",
             ("SYSTEM", "INFORM_COUNT"): "I found "}.get((speaker, a), f"The {ph} is ")
-    tail = {("USER", "REQUEST"): "?", ("SYSTEM", "INFORM_COUNT"): " results.", ("SYSTEM", "OFFER"): "?"}
+    tail = {("USER", "REQUEST"): "?", ("SYSTEM", "INFORM_COUNT"): " results."}
     return [lead, 0, tail.get((speaker, a), ".")]
 
 
@@ -115,9 +130,10 @@ class Realizer:
 
     def __init__(self, banks: dict[str, dict[str, dict[str, list[Template]]]],
                  generic: dict[str, dict[str, list[Template]]], services: dict[str, ServiceSchema],
-                 min_variety: int = 6):
+                 by_slot: dict[str, dict[str, dict[str, list[Template]]]] | None = None, min_variety: int = 6):
         self.banks = banks  # speaker -> service -> signature -> templates
         self.generic = generic  # speaker -> generic token -> templates
+        self.by_slot = by_slot or {}  # speaker -> single-act token -> source service -> domain-free templates
         self.services = services
         self.min_variety = min_variety
         self._domain: dict[tuple[str, str], dict[str, list[Template]]] = {}
@@ -144,6 +160,18 @@ class Realizer:
             return own
         return own + self._domain_bank(speaker, service).get(sig, [])
 
+    def _borrow(self, speaker: str, service: str, slot: str, tok: str) -> list[Template]:
+        """Templates of other domains' slots of the same name that mean the same (similar descriptions)."""
+        out: list[Template] = []
+        target = self.services.get(service)
+        for source, tpls in sorted(self.by_slot.get(speaker, {}).get(tok, {}).items()):
+            other = self.services.get(source)
+            if tok.split("(", 1)[0].endswith("_INTENT") or (target is not None and other is not None and slot in target.slots
+                                    and slot in other.slots and _similar(target.slots[slot].description,
+                                                                         other.slots[slot].description)):
+                out.extend(tpls)
+        return out
+
     def _plan(self, speaker: str, service: str, acts: Sequence[Act], sig: str, order: list[int]) -> _Plan:
         found = self._lookup(speaker, service, sig)
         if found:
@@ -162,8 +190,8 @@ class Realizer:
                 continue
             for i in idx:
                 tok = act_token(acts[i].act, acts[i].slot, acts[i].values)[0]
-                tpls = self._lookup(speaker, service, tok) or self.generic.get(speaker, {}).get(
-                    generic_token(acts[i]), [])
+                tpls = (self._lookup(speaker, service, tok) or self._borrow(speaker, service, acts[i].slot, tok)
+                        or self.generic.get(speaker, {}).get(generic_token(acts[i]), []))
                 if not tpls:
                     tpls = [builtin_template(speaker, self.services.get(service), acts[i])]
                 groups.append(([i], tpls))
@@ -206,10 +234,23 @@ class Realizer:
         return "".join(out), spans
 
 
+def _words(text: str) -> set[str]:
+    return {w[:-1] if w.endswith("s") else w for w in re.findall(r"[a-z]{3,}", text.lower())} - _STOP
+
+
+_STOP = {"the", "and", "for", "with", "which", "what", "whether", "that", "this", "from", "name", "number", "user"}
+
+
+def _similar(a: str, b: str) -> bool:
+    """Whether two slot descriptions share at least half of the smaller one's content words."""
+    wa, wb = _words(a), _words(b)
+    return bool(wa and wb) and len(wa & wb) * 2 >= min(len(wa), len(wb))
+
+
 def generic_token(act: Any) -> str:
     """The slot-independent token of one act for the generic bank ("INFORM(*)", "INFORM(*=dontcare)", "THANK_YOU")."""
     tok, placeholders = act_token(act.act, act.slot, act.values)
-    if not act.slot or act.slot == "intent":
+    if not act.slot or act.act.endswith("_INTENT"):
         return tok
     if placeholders:
         single = len(act.values) == 1 and act.act != "REQUEST"

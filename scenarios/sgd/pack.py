@@ -25,7 +25,7 @@ from ...engine.errors import UserError
 from .mine import Miner, iter_dialogues
 from .nlg import Realizer
 from .schema import ServiceSchema, load_schemas, validate_schemas
-from .values import generate
+from .values import _kind, generate
 
 FORMAT = "dialogsim-sgd-pack"
 VERSION = 1
@@ -74,7 +74,7 @@ class Pack:
         self._pools: dict[str, dict[str, list[str]]] = values.get("pools", {})
         self._reverse: dict[str, dict[str, dict[str, str]]] = {}
         self.realizer = Realizer({sp: templates.get(sp, {}) for sp in ("USER", "SYSTEM")},
-                                 templates.get("generic", {}), self._svc)
+                                 templates.get("generic", {}), self._svc, templates.get("slot", {}))
 
     def service(self, name: str) -> ServiceSchema:
         """The typed schema of a service; UserError for an unknown one."""
@@ -308,6 +308,7 @@ def build_pack(dialogue_dirs: Iterable[str | Path], schema_paths: Iterable[str |
     pools = _pools(miner, services, entities)
     templates = {sp: miner.templates_out(sp) for sp in ("USER", "SYSTEM")}
     templates["generic"] = {sp: miner.generic_out(sp) for sp in ("USER", "SYSTEM")}
+    templates["slot"] = {sp: miner.by_slot_out(sp) for sp in ("USER", "SYSTEM")}
     blobs = {
         "schemas.json": msgspec.json.encode(schemas),
         "entities.json.gz": msgspec.json.encode(entities),
@@ -359,12 +360,16 @@ def _entities(miner: Miner, services: dict[str, ServiceSchema]) -> tuple[dict[st
                 rng = _seeded(name, intent.name)
                 cols = sorted(set(intent.result_slots) | set(intent.required_slots))
                 seen, table = set(), []
+                echo = [s for s in list(intent.required_slots) + list(intent.optional_slots)
+                        if s in cols and _kind(svc.slots[s]) in ("date", "count")]
                 for _ in range(GENERATED_ROWS):
-                    row = tuple(generate(svc.slots[c], rng, mined_values) for c in cols)
+                    # most rows keep an optional slot's default, so that a search leaving it out finds some
+                    row = tuple(intent.optional_slots[c] if c in intent.optional_slots and rng.random() < 0.6
+                                and intent.optional_slots[c] not in ("", "dontcare") and c not in echo
+                                else generate(svc.slots[c], rng, mined_values) for c in cols)
                     if row not in seen:
                         seen.add(row)
                         table.append(list(row))
-                echo = [s for s in intent.required_slots if any(w in s for w in ("date", "number", "num_"))]
                 if name not in generated:
                     generated.append(name)
             entities.setdefault(name, {})[intent.name] = {"columns": cols, "rows": table, "echo": echo}

@@ -40,6 +40,12 @@ def _kind(slot: SlotSchema) -> str:
             return kind
     if "name" in name or "title" in name:
         return "name"
+    desc = slot.description.lower()
+    for kind, words in (("money", ("price", "cost", "fare", "amount")), ("city", ("city",)), ("date", ("date",)),
+                        ("time", ("time",)), ("address", ("address",)), ("rating", ("rating",)),
+                        ("count", ("number",))):
+        if any(w in desc.split() for w in words):
+            return kind
     if "minutes" in text or "duration" in text:
         return "count"
     return "other"

@@ -1,0 +1,167 @@
+"""The SGD world: search semantics (required, optional defaults, dontcare, echo slots), transactions, errors."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from dialogsim.scenarios.sgd.pack import load_pack
+from dialogsim.scenarios.sgd.world import SgdWorld
+
+
+@pytest.fixture(scope="module")
+def pack():
+    """The bundled default pack."""
+    return load_pack()
+
+
+def _world(pack, seed=0, **kw):
+    return SgdWorld(pack, random.Random(seed), **kw)
+
+
+def test_errors_are_returned_never_raised(pack):
+    """Unknown service or intent, missing required slots, foreign or malformed parameters give an error string."""
+    w = _world(pack)
+    cases = [("Nowhere_1", "Find", {}), ("Restaurants_2", "Teleport", {}), ("Restaurants_2", "FindRestaurants", {}),
+             ("Restaurants_2", "FindRestaurants", {"location": "San Jose", "colour": "red"}),
+             ("Restaurants_2", "FindRestaurants", {"location": 3}),
+             ("Restaurants_2", "FindRestaurants", {"location": "San Jose", "price_range": "free"}),
+             ("Restaurants_2", "FindRestaurants", ["location"])]
+    for service, method, params in cases:
+        results, error = w.call(service, method, params)
+        assert results is None and isinstance(error, str) and error, (service, method, params)
+    assert "missing required slot" in w.call("Restaurants_2", "FindRestaurants", {})[1]
+
+
+def test_search_filters_case_insensitively_and_dontcare_matches_all(pack):
+    """A search returns the table rows matching the given values; "dontcare" filters nothing."""
+    rows = pack.entities("Restaurants_2", "FindRestaurants")
+    city = rows[0]["location"]
+    expected = {r["restaurant_name"] for r in rows if r["location"] == city}
+    w = _world(pack, max_results=1000)
+    got, err = w.call("Restaurants_2", "FindRestaurants", {"location": city.upper(), "category": "dontcare"})
+    assert err is None and {r["restaurant_name"] for r in got} == expected
+    cat = rows[0]["category"]
+    narrow, _ = w.call("Restaurants_2", "FindRestaurants", {"location": city, "category": cat.lower()})
+    assert narrow and all(r["category"] == cat for r in narrow) and len(narrow) <= len(got)
+    assert {r["restaurant_name"] for r in narrow} == {
+        r["restaurant_name"] for r in rows if r["location"] == city and r["category"] == cat}
+    for r in got:
+        assert set(pack.service("Restaurants_2").intents["FindRestaurants"].result_slots) <= set(r)
+    assert w.call("Restaurants_2", "FindRestaurants", {"location": "Atlantis", "category": cat}) == ([], None)
+
+
+def test_results_are_capped_and_copies(pack):
+    """At most max_results rows come back, and mutating them leaves the pack's table untouched."""
+    w = _world(pack, max_results=3)
+    rows = pack.entities("Restaurants_2", "FindRestaurants")
+    got, _ = w.call("Restaurants_2", "FindRestaurants", {"location": rows[0]["location"], "category": "dontcare"})
+    assert 1 <= len(got) <= 3
+    got[0]["location"] = "Mutated"
+    assert all(r["location"] != "Mutated" for r in pack.entities("Restaurants_2", "FindRestaurants"))
+
+
+def _optional_with_concrete_default(pack):
+    """(service, intent, required params, slot, default) for an optional slot whose default filters rows."""
+    for name in pack.services:
+        svc = pack.service(name)
+        for intent in svc.search_intents:
+            rows = pack.entities(name, intent.name)
+            echo = pack.echo.get(name, {}).get(intent.name, [])
+            for slot, default in intent.optional_slots.items():
+                if default in ("dontcare", "") or slot in echo or not rows or slot not in rows[0]:
+                    continue
+                for r in rows:
+                    if r[slot] != default and all(k in r for k in intent.required_slots):
+                        req = {k: r[k] for k in intent.required_slots}
+                        same = [x for x in rows if all(x[k] == v for k, v in req.items())]
+                        if any(x[slot] == default for x in same):
+                            return name, intent.name, req, slot, default
+    return None
+
+
+def test_optional_slot_defaults_apply(pack):
+    """An optional slot left out takes its schema default; saying "dontcare" lifts it."""
+    found = _optional_with_concrete_default(pack)
+    if found is None:
+        pytest.skip("no optional slot with a concrete, filtering default in this pack")
+    name, intent, req, slot, default = found
+    w = _world(pack, max_results=10_000)
+    got, _ = w.call(name, intent, req)
+    assert got and all(r[slot].lower() == default.lower() for r in got)
+    wide, _ = w.call(name, intent, dict(req, **{slot: "dontcare"}))
+    assert any(r[slot] != default for r in wide) and len(wide) > len(got)
+
+
+def test_echo_slots_never_filter_and_come_back_as_asked(pack):
+    """A query-echo slot (party size, date) matches every row and the rows carry the asked value."""
+    for name in pack.services:
+        for intent, echo in pack.echo.get(name, {}).items():
+            spec = pack.service(name).intents[intent]
+            slots = [s for s in echo if s in spec.result_slots]
+            rows = pack.entities(name, intent)
+            if not slots or not rows or not all(k in rows[0] for k in spec.required_slots):
+                continue
+            slot = slots[0]
+            params = {k: rows[0][k] for k in spec.required_slots}
+            values = [v for v in pack.value_pool(name, slot) if v != params.get(slot)] or ["2019-03-09"]
+            if pack.service(name).is_categorical(slot):
+                values = [v for v in values if v in pack.service(name).possible_values(slot)]
+            params[slot] = values[0]
+            got, err = _world(pack).call(name, intent, params)
+            assert err is None and got, (name, intent, params)
+            assert all(r[slot] == values[0] for r in got)
+            return
+    pytest.skip("no echo slot in this pack")
+
+
+def _reserve_params(pack):
+    row = pack.entities("Restaurants_2", "FindRestaurants")[0]
+    return {"restaurant_name": row["restaurant_name"], "location": row["location"], "time": "18:30"}
+
+
+def test_transaction_success_row_and_impossible_request(pack):
+    """A booking returns one row (parameters, defaults, result slots); naming no real entity fails."""
+    w = _world(pack, failure_rate=0.0)
+    params = _reserve_params(pack)
+    got, err = w.call("Restaurants_2", "ReserveRestaurant", params)
+    assert err is None and len(got) == 1
+    row = got[0]
+    spec = pack.service("Restaurants_2").intents["ReserveRestaurant"]
+    assert set(spec.result_slots) <= set(row)
+    assert row["restaurant_name"] == params["restaurant_name"] and row["time"] == "18:30"
+    assert row["number_of_seats"] == spec.optional_slots["number_of_seats"]
+    bad = dict(params, restaurant_name="The Restaurant At The End Of The Universe")
+    assert w.call("Restaurants_2", "ReserveRestaurant", bad) == ([], None)
+
+
+def test_transaction_failures_are_deterministic_per_rng(pack):
+    """The failure share is drawn from the world's rng: same seed, same outcomes; rate 1 always fails."""
+    params = _reserve_params(pack)
+
+    def outcomes(seed):
+        w = _world(pack, seed, failure_rate=0.3)
+        return [bool(w.call("Restaurants_2", "ReserveRestaurant", params)[0]) for _ in range(200)]
+
+    a, b = outcomes(7), outcomes(7)
+    assert a == b
+    assert outcomes(8) != a
+    assert 0.15 < a.count(False) / len(a) < 0.45
+    always = _world(pack, failure_rate=1.0)
+    assert all(always.call("Restaurants_2", "ReserveRestaurant", params) == ([], None) for _ in range(20))
+
+
+def test_generated_services_can_be_searched(pack):
+    """A service without dialogues answers searches built from its generated rows."""
+    for name in ("Trains_1", "Messaging_1", "Payment_1"):
+        svc = pack.service(name)
+        for intent in svc.search_intents:
+            row = pack.entities(name, intent.name)[0]
+            params = {k: row[k] for k in list(intent.required_slots) + list(intent.optional_slots) if k in row}
+            got, err = _world(pack).call(name, intent.name, params)
+            assert err is None and got
+        for intent in svc.transactional_intents:
+            params = {k: (pack.value_pool(name, k) or ["x"])[0] for k in intent.required_slots}
+            results, err = _world(pack, failure_rate=0.0).call(name, intent.name, params)
+            assert err is None and isinstance(results, list)
