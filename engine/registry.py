@@ -22,9 +22,10 @@ BUILTIN_MODULES = [
     "dialogsim.agents.scripted",
     "dialogsim.scenarios.sgd.scenario_set",
     "dialogsim.agents.http_native", "dialogsim.agents.openai_chat",
+    "dialogsim.users.agenda", "dialogsim.agents.schema_agent",
 ]
 
-DEFAULT_SCENARIOS = "builtin"
+DEFAULT_SCENARIOS = "sgd"
 
 _users: dict[str, Factory] = {}
 _agents: dict[str, Factory] = {}

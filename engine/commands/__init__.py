@@ -6,4 +6,5 @@ COMMANDS = [
     "pack",
     "serve_agent",
     "project", "import_", "eval_dst",
+    "stats",
 ]

@@ -1,0 +1,397 @@
+"""A rule-based schema-guided system agent for SGD services, like the system bot of the SGD simulator.
+
+Per service it tracks the user's active intent, slot values (canonical for calls, spoken for the state
+it exposes) and requested slots: from the user's acts when the turn carries frames, else from the text
+with the value-matching understanding step of ``agents/nlu.py``. Its policy: request missing required
+slots; call search intents and offer the results one by one (OFFER + INFORM_COUNT), answer requested
+slots from the entity on the table; confirm before a transactional call and call it on AFFIRM; notify
+success or failure; offer the service's transactional intent after a selection (OFFER_INTENT); ask
+whether there is anything else (REQ_MORE); say goodbye. Utterances come from the pack's realizer.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+from ..engine.events import Act, DialogueState, Frame
+from ..scenarios.base import EpisodeContext
+from .base import AgentReply, Observation, ToolCall
+from .nlu import ValueMatcher
+
+_NAMEISH = ("name", "title", "airlines", "car_name", "operator")
+
+
+def _act_key(a: Act) -> tuple[str, str]:
+    return (a.act, a.slot)
+
+
+class _Service:
+    """The schema facts the policy needs for one service, precomputed once per run."""
+
+    __slots__ = ("name", "required", "optional", "transactional", "args", "categorical", "offer_slots",
+                 "search", "txn", "results", "mined_offers")
+
+    def __init__(self, schema: dict[str, Any]) -> None:
+        self.name = schema["service_name"]
+        self.categorical = {s["name"] for s in schema["slots"] if s.get("is_categorical")}
+        self.required = {i["name"]: list(i["required_slots"]) for i in schema["intents"]}
+        self.optional = {i["name"]: dict(i.get("optional_slots") or {}) for i in schema["intents"]}
+        self.transactional = {i["name"]: bool(i.get("is_transactional")) for i in schema["intents"]}
+        self.args = {s for i in schema["intents"] for s in list(i["required_slots"]) + list(i.get("optional_slots") or {})}
+        self.search = [i["name"] for i in schema["intents"] if not i.get("is_transactional")]
+        self.txn = [i["name"] for i in schema["intents"] if i.get("is_transactional")]
+        self.offer_slots: dict[str, list[str]] = {}
+        self.results = {i["name"]: set(i.get("result_slots", ())) for i in schema["intents"]}
+        self.mined_offers: dict[str, tuple[list[tuple[str, ...]], list[int]] | None] = {}
+        for i in schema["intents"]:
+            own = set(i["required_slots"]) | set(i.get("optional_slots") or {})
+            rest = [s for s in i.get("result_slots", ()) if s not in own]
+            named = [s for s in rest if any(k in s for k in _NAMEISH)]
+            others = [s for s in rest if s not in named]
+            # as SGD's system: what identifies the entity, then values echoing the user's own constraints
+            echo = [s for s in i.get("result_slots", ()) if s in own]
+            self.offer_slots[i["name"]] = (named[:2] + echo)[:3] if named else (others[:2] + echo)[:3]
+
+
+def _mined_offer_sets(pack: Any, name: str, svc: _Service, intent: str) -> tuple[list, list] | None:
+    """The OFFER slot sets real systems used for this service (the pack's SYSTEM template signatures
+    made of OFFERs only), weighted by how many templates each has: offers then read like real ones."""
+    banks = getattr(getattr(pack, "realizer", None), "banks", None) or {}
+    counts: dict[tuple[str, ...], int] = {}
+    for sig, templates in (banks.get("SYSTEM", {}).get(name) or {}).items():
+        slots = []
+        for token in sig.split("+"):
+            if not token.startswith("OFFER(") or "=" in token or "*" in token:
+                break
+            slots.append(token[6:-1])
+        else:
+            if slots and set(slots) <= svc.results[intent]:
+                counts[tuple(slots)] = counts.get(tuple(slots), 0) + len(templates)
+    if not counts:
+        return None
+    sets = sorted(counts)
+    return sets, [counts[k] for k in sets]
+
+
+class _Track:
+    """The agent's belief about one service: intent, values, entity on the table, pending confirmation."""
+
+    __slots__ = ("intent", "canon", "spoken", "requested", "results", "pos", "offered", "selected", "booked",
+                 "changed", "confirming", "done")
+
+    def __init__(self) -> None:
+        self.intent: str | None = None
+        self.canon: dict[str, str] = {}
+        self.spoken: dict[str, list[str]] = {}
+        self.requested: list[str] = []
+        self.results: list[dict[str, Any]] = []
+        self.pos = 0
+        self.offered: dict[str, Any] | None = None
+        self.selected: dict[str, Any] | None = None
+        self.booked: dict[str, Any] | None = None
+        self.changed = False
+        self.confirming: list[Act] | None = None  # the CONFIRM acts awaiting AFFIRM
+        self.done: set[str] = set()
+
+
+class SchemaAgent:
+    """Rule-based schema-guided system agent (deterministic; one instance per episode)."""
+
+    deterministic = True
+
+    def __init__(self, pack: Any = None, *, services: dict[str, _Service] | None = None,
+                 max_request: int = 2) -> None:
+        self.pack = pack
+        self.max_request = max_request
+        self._services = services if services is not None else {}
+        self._nlu: ValueMatcher | None = None
+
+    def start(self, ctx: EpisodeContext) -> None:
+        """Forget the last episode; note the services this one may talk about."""
+        data = ctx.scenario.data
+        packed = data.get("pack")
+        if self.pack is None and hasattr(packed, "realizer"):  # the data may name the pack (its id) only
+            self.pack = packed
+        self.rng: random.Random = ctx.rng
+        self.schemas = data.get("schemas") or {}
+        names = list(self.schemas) or list((data.get("goal") or {}).get("services") or [])
+        self.names = names or sorted({t.service for t in ctx.tools})
+        self.tracks: dict[str, _Track] = {}
+        self.current: str | None = None
+        self.last: set[str] = set()  # act kinds of the agent's previous turn
+        self._expecting: list[str] = []  # slots the agent asked for last
+        self.offered_intent: tuple[str, str] | None = None  # (service, intent) of our OFFER_INTENT
+        self.pending: tuple[str, str, list[Act]] | None = None  # (service, intent, acts to prepend)
+        self.calls = 0
+        self._offer_acts: dict[str, list[Act]] = {}  # the OFFER acts of the entity on the table
+
+    # -- protocol ---------------------------------------------------------------------------------
+
+    def respond(self, obs: Observation) -> AgentReply:
+        """Answer a user turn, or turn the results of the call just made into a turn."""
+        if obs.tool_results and self.pending is not None:
+            return self._after_call(obs.tool_results[0])
+        user = obs.user
+        if user.frames:
+            acts = [(f.service, a) for f in user.frames for a in f.actions]
+        else:
+            acts = self._understand(user.utterance)
+        return self._policy(acts, user.end)
+
+    # -- understanding ----------------------------------------------------------------------------
+
+    def _service(self, name: str) -> _Service:
+        svc = self._services.get(name)
+        if svc is None:
+            schema = self.schemas.get(name) or self.pack.schemas[name]
+            svc = self._services[name] = _Service(schema)
+        return svc
+
+    def _track(self, name: str) -> _Track:
+        t = self.tracks.get(name)
+        if t is None:
+            t = self.tracks[name] = _Track()
+        return t
+
+    def _understand(self, text: str) -> list[tuple[str, Act]]:
+        if self._nlu is None:
+            self._nlu = ValueMatcher(self.pack, self.names)
+        track = self.tracks.get(self.current) if self.current else None
+        return self._nlu.parse(text, self.current, track.intent if track else None, self.last,
+                               self._expecting)
+
+    def _set(self, t: _Track, svc: _Service, slot: str, canon: str, spoken: str, change: bool = True) -> None:
+        if slot not in svc.args:
+            return
+        old = t.canon.get(slot)
+        if old is not None and old.lower() == canon.lower():
+            if spoken not in t.spoken[slot]:
+                t.spoken[slot].append(spoken)
+            return
+        t.canon[slot] = canon
+        t.spoken[slot] = [spoken]
+        t.changed = t.changed or change
+
+    def _accept(self, name: str, acts: list[Act] | None) -> None:
+        """Values the system said and the user accepted become part of the tracked state."""
+        t, svc = self._track(name), self._service(name)
+        for a in acts or ():
+            if a.canonical_values and a.values:
+                # a value of the entity itself: no reason to search again
+                self._set(t, svc, a.slot, a.canonical_values[0], a.values[0], change=False)
+
+    # -- policy -----------------------------------------------------------------------------------
+
+    def _policy(self, acts: list[tuple[str, Act]], user_end: bool) -> AgentReply:
+        kinds = {a.act for _, a in acts}
+        for t in self.tracks.values():
+            t.requested = []
+        # the service the user is talking about: the one with a new intent, else the last one spoken of
+        for name, a in acts:
+            if a.act == "INFORM_INTENT" or self.current is None:
+                self.current = name
+        name = self.current
+        if name is None:
+            return self._say(None, [("REQ_MORE", "", None)], end=False)
+        t, svc = self._track(name), self._service(name)
+        confirming = t.confirming
+        t.confirming = None
+        for s, a in acts:
+            ts, ss = self._track(s), self._service(s)
+            if a.act == "INFORM_INTENT" and a.values:
+                intent = a.canonical_values[0] if a.canonical_values else a.values[0]
+                if intent in ss.required and (intent != ts.intent or intent in ts.done):
+                    ts.intent = intent  # a new intent, or the same one asked for again
+                    ts.done.discard(intent)
+                    ts.changed = True
+            elif a.act == "INFORM" and a.values:
+                canon = a.canonical_values[0] if a.canonical_values else a.values[0]
+                self._set(ts, ss, a.slot, canon, a.values[0])
+            elif a.act == "REQUEST" and a.slot:
+                ts.requested.append(a.slot)
+        if "GOODBYE" in kinds or user_end or ("NEGATE" in kinds and "REQ_MORE" in self.last
+                                             and "INFORM" not in kinds):
+            return self._say(name, [("GOODBYE", "", None)], end=True)
+        if "AFFIRM_INTENT" in kinds and self.offered_intent and self.offered_intent[0] == name:
+            t.intent = self.offered_intent[1]
+            t.changed = True
+        self.offered_intent = None
+        if "SELECT" in kinds and t.offered is not None:
+            t.selected = t.offered
+            self._accept(name, self._offer_acts.get(name))
+        out: list[tuple[str, str, Any]] = []
+        if "AFFIRM" in kinds and "INFORM" not in kinds:
+            if confirming is not None:
+                self._accept(name, confirming)
+                return self._call(name, t.intent, out)
+        entity = t.booked if t.booked is not None and t.intent in t.done else (t.selected or t.offered or t.booked)
+        for slot in t.requested:  # the others are answered with the call's results
+            if entity is not None and slot in entity:
+                out.append(("INFORM", slot, entity[slot]))
+        if "REQUEST_ALTS" in kinds:
+            if t.changed or not t.results:
+                return self._call(name, t.intent, out)
+            return self._say(name, out + self._next_offer(name, t), end=False)
+        if "SELECT" in kinds and "INFORM_INTENT" not in kinds and t.intent in svc.search:
+            t.done.add(t.intent)
+            if out:
+                return self._say(name, out, end=False)
+            offer = next((i for i in svc.txn if i not in t.done), None)
+            if offer is not None:
+                self.offered_intent = (name, offer)
+                return self._say(name, [("OFFER_INTENT", "intent", offer)], end=False)
+            return self._say(name, [("REQ_MORE", "", None)], end=False)
+        if t.intent is None or (t.intent in t.done and not t.changed):
+            if out:
+                return self._say(name, out, end=False)
+            return self._say(name, [("REQ_MORE", "", None)], end=False)
+        missing = [s for s in svc.required[t.intent] if s not in t.canon]
+        if missing:
+            if out:  # answer first; the missing slots are asked on the next turn
+                return self._say(name, out, end=False)
+            k = 1 if len(missing) == 1 or self.rng.random() < 0.5 else self.max_request
+            return self._say(name, [("REQUEST", s, None) for s in missing[:k]], end=False)
+        if svc.transactional[t.intent]:
+            if out and not t.changed:
+                return self._say(name, out, end=False)
+            return self._confirm(name, t, svc)
+        if t.changed or not t.results:
+            return self._call(name, t.intent, out)
+        if out:
+            return self._say(name, out, end=False)
+        return self._say(name, [("REQ_MORE", "", None)], end=False)
+
+    def _params(self, t: _Track, svc: _Service, intent: str) -> dict[str, str]:
+        params = {s: t.canon[s] for s in svc.required[intent] if s in t.canon}
+        for s in svc.optional[intent]:
+            if s in t.canon:
+                params[s] = t.canon[s]
+        return params
+
+    def _confirm(self, name: str, t: _Track, svc: _Service) -> AgentReply:
+        acts = [("CONFIRM", s, v) for s, v in self._params(t, svc, t.intent).items()]
+        for s, default in svc.optional[t.intent].items():
+            if s not in t.canon and default not in ("dontcare", ""):
+                acts.append(("CONFIRM", s, default))
+        t.changed = False
+        reply = self._say(name, acts, end=False)
+        t.confirming = reply.frames[0].actions
+        return reply
+
+    def _call(self, name: str, intent: str | None, out: list) -> AgentReply:
+        t, svc = self._track(name), self._service(name)
+        if intent is None:
+            return self._say(name, out + [("REQ_MORE", "", None)], end=False)
+        params = self._params(t, svc, intent)
+        if svc.transactional[intent]:
+            for s, default in svc.optional[intent].items():
+                params.setdefault(s, default)
+        self.calls += 1
+        self.pending = (name, intent, out)
+        return AgentReply(tool_calls=[ToolCall(service=name, method=intent, parameters=params)])
+
+    def _after_call(self, result: Any) -> AgentReply:
+        name, intent, out = self.pending
+        self.pending = None
+        t, svc = self._track(name), self._service(name)
+        rows = result.results or []
+        t.changed = False
+        if svc.transactional[intent]:
+            if rows and result.error is None:
+                t.done.add(intent)
+                t.booked = rows[0]
+                acts = [a for a in out if a[0] == "INFORM"]
+                acts += [("INFORM", s, rows[0][s]) for s in t.requested if s in rows[0]
+                         and not any(a[1] == s for a in acts)]
+                return self._say(name, acts + [("NOTIFY_SUCCESS", "", None)], end=False)
+            return self._say(name, out + [("NOTIFY_FAILURE", "", None), ("REQ_MORE", "", None)], end=False)
+        t.results, t.pos = rows, 0
+        t.selected = None
+        if not rows:
+            t.offered = None
+            return self._say(name, out + [("NOTIFY_FAILURE", "", None), ("REQ_MORE", "", None)], end=False)
+        acts = self._offer(name, t, rows[0])
+        if len(rows) > 1:
+            acts.append(("INFORM_COUNT", "count", str(len(rows))))
+        entity = rows[0]
+        acts = [a for a in out if a[0] == "INFORM"] + acts
+        acts += [("INFORM", s, entity[s]) for s in t.requested if s in entity and not any(a[1] == s for a in acts)]
+        return self._say(name, acts, end=False)
+
+    def _offer(self, name: str, t: _Track, row: dict[str, Any]) -> list:
+        t.offered = row
+        svc = self._service(name)
+        sets = svc.mined_offers.get(t.intent)
+        if sets is None:
+            sets = svc.mined_offers[t.intent] = _mined_offer_sets(self.pack, name, svc, t.intent)
+        if sets:
+            slots = self.rng.choices(sets[0], sets[1])[0]
+            if all(s in row and row[s] not in (None, "") for s in slots):
+                return [("OFFER", s, row[s]) for s in slots]
+        slots = svc.offer_slots.get(t.intent, ())
+        return [("OFFER", s, row[s]) for s in slots if s in row and row[s] not in (None, "")]
+
+    def _next_offer(self, name: str, t: _Track) -> list:
+        t.pos = (t.pos + 1) % len(t.results)
+        return self._offer(name, t, t.results[t.pos])
+
+    # -- realization ------------------------------------------------------------------------------
+
+    def _say(self, name: str | None, acts: list[tuple[str, str, Any]], end: bool) -> AgentReply:
+        """Realize the acts (spoken variants via the pack), remember what was said, expose the state."""
+        self.last = {a[0] for a in acts}
+        self._expecting = [a[1] for a in acts if a[0] == "REQUEST"]
+        frames: list[Frame] = []
+        utterance = ""
+        if name is not None:
+            svc = self._service(name)
+            built: list[Act] = []
+            for act, slot, value in acts:
+                if value is None:
+                    built.append(Act(act=act, slot=slot))
+                    continue
+                value = str(value)
+                if act in ("OFFER_INTENT", "INFORM_COUNT") or slot in svc.categorical or value == "dontcare":
+                    spoken = value
+                else:
+                    spoken = self.pack.spoken(name, slot, value, self.rng)
+                built.append(Act(act=act, slot=slot, values=[spoken], canonical_values=[value]))
+            built.sort(key=_act_key)  # one order per signature (the realizer caches plans by signature)
+            utterance, spans = self.pack.realizer.realize("SYSTEM", name, built, self.rng)
+            frames.append(Frame(service=name, actions=built, slots=spans))
+            if "OFFER" in self.last:
+                self._offer_acts[name] = [a for a in built if a.act == "OFFER"]
+        state = {n: DialogueState(active_intent=t.intent or "NONE", requested_slots=list(t.requested),
+                                  slot_values={k: sorted(v) for k, v in t.spoken.items()})
+                 for n, t in self.tracks.items()}
+        return AgentReply(utterance=utterance, frames=frames, state=state, end=end)
+
+
+def make_factory(arg: str | None, scenarios: Any, options: dict[str, Any]) -> Any:
+    """Registry factory for ``--agent schema``: option max_request (slots asked at once, default 2)."""
+    from ..engine.errors import UserError
+
+    unknown = set(options) - {"max_request"}
+    if unknown:
+        raise UserError(f"schema agent: unknown option(s) {', '.join(sorted(unknown))} (known: max_request)")
+    try:
+        max_request = int(options.get("max_request", 2))
+    except (TypeError, ValueError):
+        raise UserError(f"schema agent: max_request={options['max_request']!r} is not an integer") from None
+    pack = getattr(scenarios, "pack", None)
+    services: dict[str, _Service] = {}  # shared by the episodes of a run: schemas do not change
+
+    def make() -> SchemaAgent:
+        return SchemaAgent(pack, services=services, max_request=max_request)
+
+    return make
+
+
+def _register() -> None:
+    from ..engine.registry import register_agent
+
+    register_agent("schema", make_factory)
+
+
+_register()

@@ -1,0 +1,45 @@
+"""``dialogsim stats RUN_DIR [--compare SGD_DIALOGUE_DIR] [--json]``: corpus statistics of a run."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from ..log import RunDir, read_episodes
+from ..stats import compare, from_episode, read_sgd_dir, render, summarize
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser("stats", help="success rate, turns, acts, intents and diversity of a run, "
+                                     "optionally beside real SGD dialogues")
+    p.add_argument("run_dir")
+    p.add_argument("--compare", metavar="SGD_DIALOGUE_DIR",
+                   help="an SGD split directory (dialogues_*.json); only dialogues whose services all occur "
+                        "in the run are compared")
+    p.add_argument("--json", action="store_true", help="print the figures as one JSON object")
+    p.add_argument("--skip-corrupt", action="store_true", help="skip corrupt log lines")
+    p.set_defaults(handler=handle)
+
+
+def handle(args: argparse.Namespace) -> int:
+    run = RunDir.open(args.run_dir)
+    ours = summarize(from_episode(events) for events in read_episodes(run, skip_corrupt=args.skip_corrupt))
+    real = cmp = None
+    if args.compare:
+        services = set(ours["services"])
+        real = summarize(d for d in read_sgd_dir(args.compare) if d.services and set(d.services) <= services)
+        cmp = compare(ours, real) if real["dialogues"] else None
+    if args.json:
+        out: dict[str, Any] = {"run": ours}
+        if real is not None:
+            out["real"] = real
+            out["comparison"] = cmp
+        json.dump(out, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        print(render(ours, real, cmp))
+        if real is not None and not real["dialogues"]:
+            print(f"\nno dialogue of {args.compare} uses only the run's services", file=sys.stderr)
+    return 0

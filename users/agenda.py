@@ -1,0 +1,697 @@
+"""An agenda-based SGD user (Schatzmann et al., 2007): a goal, a stack of pending acts, SGD annotations.
+
+The goal comes from the scenario (``scenario.data["goal"]``, see scenarios/sgd/goals.py): subgoals in
+dialogue order, each a service intent with canonical constraints, optional slots (said only when asked),
+requested result slots, relaxations to fall back on, and slots filled from the previous subgoal's entity.
+Each subgoal pushes its INFORM/REQUEST acts on the agenda; system acts push reactions on top (an answer
+to REQUEST, NEGATE+INFORM to a wrong CONFIRM, ...) and every turn pops the top acts, how many depending on
+``verbosity``. Every turn is annotated as SGD does: one frame per service spoken about, actions with the
+spoken and canonical values, spans of non-categorical values, and the true dialogue state with every
+spoken variant of a value mentioned so far (the system's too, once the user accepted it).
+
+With a noise model (users/noise.py) the user sometimes says a wrong value or intent and repairs it on
+its next turn; the state always holds what the user means.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+from ..engine.events import Act, AgentTurn, DialogueState, Frame
+from ..scenarios.base import EpisodeContext
+from .base import UserReply, Verdict
+from .noise import NoiseModel
+
+
+class _Service:
+    """What the user needs of one service schema, precomputed once per run."""
+
+    __slots__ = ("name", "args", "categorical", "transactional", "intents", "result_slots")
+
+    def __init__(self, schema: dict[str, Any]) -> None:
+        self.name = schema["service_name"]
+        self.categorical = {s["name"] for s in schema["slots"] if s.get("is_categorical")}
+        self.intents = [i["name"] for i in schema["intents"]]
+        self.transactional = {i["name"]: bool(i.get("is_transactional")) for i in schema["intents"]}
+        self.result_slots = {i["name"]: set(i.get("result_slots", ())) for i in schema["intents"]}
+        # SGD tracks in the state exactly the slots that are arguments of some intent of the service
+        self.args = {s for i in schema["intents"] for s in list(i["required_slots"]) + list(i.get("optional_slots", {}))}
+
+
+class _Sub:
+    """One subgoal being pursued: its (possibly relaxed) constraints and progress."""
+
+    __slots__ = ("service", "intent", "transactional", "constraints", "optional", "requested", "pending",
+                 "relax", "from_previous", "fulfilled", "failed", "offered", "row", "alts", "relaxed",
+                 "selected", "reason", "retries", "count")
+
+    def __init__(self, sg: dict[str, Any], transactional: bool) -> None:
+        self.service: str = sg["service"]
+        self.intent: str = sg["intent"]
+        self.transactional = transactional
+        self.constraints: dict[str, str] = dict(sg.get("constraints") or {})
+        self.optional: dict[str, str] = dict(sg.get("optional") or {})
+        self.requested: list[str] = list(sg.get("requested") or [])
+        self.pending: list[str] = list(self.requested)  # requested slots not informed yet
+        self.relax: list[tuple[str, str]] = [(s, v) for s, v in (sg.get("relax") or [])]
+        self.from_previous: dict[str, str] = dict(sg.get("from_previous") or {})
+        self.fulfilled = False
+        self.failed = False
+        self.selected = False
+        self.offered: dict[str, str] | None = None  # the entity on the table (canonical values)
+        self.row: dict[str, str] = {}  # what the user learnt of the chosen / booked entity
+        self.alts = 0
+        self.relaxed = 0
+        self.retries = 0
+        self.count: int | None = None  # how many results the system said it found
+        self.reason = ""
+
+    @property
+    def done(self) -> bool:
+        return self.fulfilled and not self.pending
+
+
+def _act_key(a: Act) -> tuple[str, str]:
+    return (a.act, a.slot)
+
+
+def _same(a: str | None, b: str | None) -> bool:
+    return a is not None and b is not None and (a == b or a.lower() == b.lower())
+
+
+class AgendaUser:
+    """Schatzmann-style agenda user for SGD goals; see the module docstring for the annotations it gives."""
+
+    deterministic = True
+
+    def __init__(self, pack: Any = None, *, patience: int = 3, verbosity: float = 0.45, alts_rate: float = 0.25,
+                 max_alts: int = 2, request_first: float = 0.6, noise: NoiseModel | None = None,
+                 services: dict[str, _Service] | None = None) -> None:
+        self.pack = pack
+        self.patience = patience
+        self.verbosity = verbosity
+        self.alts_rate = alts_rate
+        self.max_alts = max_alts
+        self.request_first = request_first
+        self.noise = noise
+        self._services = services if services is not None else {}
+
+    # -- protocol ---------------------------------------------------------------------------------
+
+    def start(self, ctx: EpisodeContext) -> None:
+        """Take the goal of the episode's scenario and reset every piece of dialogue memory."""
+        data = ctx.scenario.data
+        packed = data.get("pack")
+        if self.pack is None and hasattr(packed, "realizer"):  # the data may name the pack (its id) only
+            self.pack = packed
+        self.rng: random.Random = ctx.rng
+        schemas = data.get("schemas") or {}
+        goal = data["goal"]
+        self.subs = [_Sub(sg, self._service(sg["service"], schemas).transactional.get(sg["intent"], False))
+                     for sg in goal["subgoals"]]
+        self.idx = 0
+        self.values: dict[str, dict[str, list[str]]] = {}  # service -> slot -> spoken variants (state)
+        self.canon: dict[str, dict[str, str]] = {}  # service -> slot -> canonical value of the state
+        self.spoken: dict[tuple[str, str, str], str] = {}  # the variant this user says for a value
+        self.active: dict[str, str] = {}
+        self.agenda: list[tuple[str, str, str]] = []  # (act, slot, service), top = end
+        self.repair: list[tuple[str, str, str, str | None]] = []
+        self.turns = 0
+        self.useless = 0
+        self.heard: set[tuple] = set()  # signatures of the system turns heard so far
+        self._offer_acts: list[Act] = []  # the OFFER acts of the entity on the table
+        self.left = ""  # why the user left early ("" while talking)
+        self.ended = False
+        self._activate(0)
+
+    def respond(self, agent: AgentTurn | None) -> UserReply | None:
+        """Open the dialogue (agent None) or react to the agent's turn."""
+        if self.ended:
+            return None
+        if agent is None:
+            out = self._opening()
+            return self._reply(out, end=False)
+        self.turns += 1
+        acts = [(f.service, a) for f in agent.frames for a in f.actions]
+        if any(a.act == "GOODBYE" for _, a in acts) or agent.end:
+            self.ended = True
+            if not self.left and not self._all_done():
+                self.left = "the system closed the dialogue before the goal was met"
+            return None
+        # a turn the user has heard before (the same acts) or an empty one brings nothing new
+        signature = tuple(sorted((s, a.act, a.slot, tuple(a.canonical_values)) for s, a in acts))
+        if not acts or signature in self.heard:
+            self.useless += 1
+        else:
+            self.useless = 0
+            self.heard.add(signature)
+        if self.useless > self.patience:
+            self.left = f"patience exhausted after {self.useless} useless system turns"
+            return self._reply([(self._cur_service(), "GOODBYE", "", None)], end=True)
+        out, end = self._react(acts)
+        return self._reply(out, end=end)
+
+    def verdict(self) -> Verdict:
+        """Success when every subgoal was fulfilled and every requested slot informed; else why not."""
+        reward = {
+            "turns": self.turns,
+            "subgoals": len(self.subs),
+            "fulfilled": sum(s.fulfilled for s in self.subs),
+            "requested": sum(len(s.requested) for s in self.subs),
+            "informed": sum(len(s.requested) - len(s.pending) for s in self.subs),
+            "relaxed": sum(s.relaxed for s in self.subs),
+            "alternatives": sum(s.alts for s in self.subs),
+        }
+        if self._all_done():
+            return Verdict(outcome="success", reason="every goal intent fulfilled, every requested slot informed",
+                           reward=reward)
+        if self.left.startswith("patience"):
+            return Verdict(outcome="abandoned", reason=self.left, reward=reward)
+        for s in self.subs:
+            if not s.done:
+                why = s.reason or (f"requested slots not informed: {', '.join(s.pending)}" if s.fulfilled
+                                   else "not fulfilled")
+                reason = f"{s.service}.{s.intent}: {why}"
+                if self.left:
+                    reason += f" ({self.left})"
+                return Verdict(outcome="failure", reason=reason, reward=reward)
+        return Verdict(outcome="failure", reason=self.left or "goal not met", reward=reward)
+
+    # -- goal bookkeeping -------------------------------------------------------------------------
+
+    def _service(self, name: str, schemas: dict[str, Any] | None = None) -> _Service:
+        svc = self._services.get(name)
+        if svc is None:
+            schema = (schemas or {}).get(name) or self.pack.schemas[name]
+            svc = self._services[name] = _Service(schema)
+        return svc
+
+    def _all_done(self) -> bool:
+        return all(s.done for s in self.subs)
+
+    def _cur(self) -> _Sub | None:
+        return self.subs[self.idx] if self.idx < len(self.subs) else None
+
+    def _cur_service(self) -> str:
+        sub = self._cur()
+        return sub.service if sub else self.subs[-1].service
+
+    def _activate(self, i: int) -> None:
+        """Make subgoal ``i`` current: fill slots from the previous entity and push its acts."""
+        self.idx = i
+        if i >= len(self.subs):
+            return
+        sub = self.subs[i]
+        if sub.from_previous and i > 0 and self.subs[i - 1].failed and not self.subs[i - 1].row:
+            # it builds on an entity that was never found: nothing to ask for
+            sub.failed = True
+            sub.reason = f"it depends on {self.subs[i - 1].service}.{self.subs[i - 1].intent}, which failed"
+            self._activate(i + 1)
+            return
+        if sub.from_previous and i > 0:
+            prev = self.subs[i - 1]
+            known = {**prev.constraints, **prev.row}
+            for slot, src in sub.from_previous.items():
+                value = known.get(src) or self._lookup(prev, src, known)
+                if value:
+                    sub.constraints.setdefault(slot, value)
+        # bottom to top: requests (asked once an entity is on the table), informs, then the intent
+        agenda = [("REQUEST", r, sub.service) for r in reversed(sub.requested)]
+        slots = list(sub.constraints)
+        self.rng.shuffle(slots)
+        agenda += [("INFORM", s, sub.service) for s in slots]
+        agenda.append(("INFORM_INTENT", sub.intent, sub.service))
+        self.agenda = agenda
+
+    def _lookup(self, prev: _Sub, slot: str, known: dict[str, str]) -> str | None:
+        """A value of the previous entity the user never heard: look the entity up in the pack's table."""
+        if not prev.row:
+            return None
+        for row in self.pack.entities(prev.service):
+            if slot in row and all(row.get(k) == v for k, v in prev.row.items() if k in row):
+                return row[slot]
+        return None
+
+    def _value(self, sub: _Sub, slot: str) -> str | None:
+        v = sub.constraints.get(slot)
+        if v is None:
+            v = sub.optional.get(slot)
+        return v
+
+    # -- turn building ----------------------------------------------------------------------------
+
+    def _pop_volunteers(self, out: list, sub: _Sub, limit: int) -> None:
+        """Pop INFORMs of not yet stated constraints from the agenda, each with probability verbosity."""
+        rng = self.rng
+        said = self.canon.get(sub.service, {})
+        n = 0
+        while n < limit and self.agenda and self.agenda[-1][0] == "INFORM":
+            _, slot, service = self.agenda[-1]
+            value = sub.constraints.get(slot)
+            if value is None or _same(said.get(slot), value) or any(o[2] == slot for o in out):
+                self.agenda.pop()
+                continue
+            if rng.random() >= self.verbosity:
+                break
+            self.agenda.pop()
+            out.append((service, "INFORM", slot, value))
+            n += 1
+
+    def _opening(self) -> list:
+        sub = self.subs[self.idx]
+        self.agenda.pop()  # the INFORM_INTENT on top
+        out = [(sub.service, "INFORM_INTENT", "intent", sub.intent)]
+        self._pop_volunteers(out, sub, 4)
+        return out
+
+    def _open_next(self, out: list) -> bool:
+        """Move to the next subgoal and say its intent (with some constraints); returns end."""
+        service = self._cur_service()
+        self._activate(self.idx + 1)
+        sub = self._cur()
+        if sub is None:  # the rest depended on what failed: close
+            out += [(service, "THANK_YOU", "", None), (service, "GOODBYE", "", None)]
+            return True
+        self.agenda.pop()
+        out.append((sub.service, "INFORM_INTENT", "intent", sub.intent))
+        self._pop_volunteers(out, sub, 3)
+        return False
+
+    def _finish(self, out: list, sub_service: str, after_req_more: bool) -> bool:
+        """Nothing left to do: close the dialogue (returns end)."""
+        if after_req_more:
+            if self.rng.random() < 0.75:
+                out += [(sub_service, "NEGATE", "", None), (sub_service, "THANK_YOU", "", None)]
+            else:
+                out += [(sub_service, "THANK_YOU", "", None), (sub_service, "GOODBYE", "", None)]
+            return True
+        if self.rng.random() < 0.7:
+            out.append((sub_service, "THANK_YOU", "", None))
+            return False
+        out += [(sub_service, "THANK_YOU", "", None), (sub_service, "GOODBYE", "", None)]
+        return True
+
+    def _move_on(self, out: list, sub: _Sub, after_req_more: bool) -> bool:
+        """The current subgoal is settled: thank, open the next one or close (returns end)."""
+        if self.idx + 1 < len(self.subs):
+            nxt = self.subs[self.idx + 1]
+            if after_req_more or self.rng.random() < 0.5:
+                if nxt.service != sub.service and not after_req_more:
+                    out.append((sub.service, "THANK_YOU", "", None))
+                return self._open_next(out)
+            else:
+                out.append((sub.service, "THANK_YOU", "", None))
+            return False
+        self.idx = len(self.subs)
+        return self._finish(out, sub.service, after_req_more)
+
+    def _ask(self, out: list, sub: _Sub, most: int) -> None:
+        """REQUEST up to ``most`` pending requested slots (the agenda's REQUEST items)."""
+        asked = 0
+        for slot in sub.pending:
+            if asked >= most:
+                break
+            out.append((sub.service, "REQUEST", slot, None))
+            asked += 1
+        if asked:
+            self.agenda = [a for a in self.agenda if not (a[0] == "REQUEST" and any(o[2] == a[1] for o in out))]
+
+    def _react(self, acts: list) -> tuple[list, bool]:
+        out: list = []
+        if self.repair:  # the noise model made us misspeak last turn: correct it first
+            out += self.repair
+            self.repair = []
+        sub = self._cur()
+        if sub is None:  # everything settled, the system keeps talking
+            return out, self._finish(out, self.subs[-1].service, True)
+        svc = sub.service
+        by: dict[str, list[Act]] = {}
+        for s, a in acts:
+            if s == svc:
+                by.setdefault(a.act, []).append(a)
+        rng = self.rng
+        for a in by.get("INFORM", ()):
+            if a.canonical_values:
+                sub.row[a.slot] = a.canonical_values[0]
+            if a.slot in sub.pending:
+                sub.pending.remove(a.slot)
+
+        if "CONFIRM" in by:
+            wrong = []
+            for a in by["CONFIRM"]:
+                mine = self._value(sub, a.slot)
+                heard = a.canonical_values[0] if a.canonical_values else None
+                if mine is not None and not _same(mine, heard) and mine != "dontcare":
+                    wrong.append((a.slot, mine))
+            if wrong:
+                out.append((svc, "NEGATE", "", None))
+                out += [(svc, "INFORM", s, v) for s, v in wrong]
+                return out, False
+            for a in by["CONFIRM"]:
+                if a.canonical_values:
+                    sub.row[a.slot] = a.canonical_values[0]
+                    self._accept(svc, a)
+            out.append((svc, "AFFIRM", "", None))
+            if sub.pending and rng.random() < 0.5:
+                self._ask(out, sub, 2)
+            return out, False
+
+        if "NOTIFY_SUCCESS" in by:
+            sub.fulfilled = True
+            if sub.pending:
+                self._ask(out, sub, 2)
+                return out, False
+            return out, self._move_on(out, sub, False)
+
+        if "NOTIFY_FAILURE" in by and "OFFER" not in by:
+            return out, self._failed(out, sub, "REQ_MORE" in by)
+
+        if "OFFER" in by:
+            return out, self._offer(out, sub, by)
+
+        if "REQUEST" in by:
+            for a in by["REQUEST"]:
+                mine = self._value(sub, a.slot)
+                if a.canonical_values and (mine is None or _same(mine, a.canonical_values[0])):
+                    out.append((svc, "AFFIRM", "", None))
+                    sub.constraints.setdefault(a.slot, a.canonical_values[0])
+                    self._accept(svc, a)
+                    continue
+                if mine is None:
+                    mine = self._fallback(sub, a.slot)
+                    sub.constraints[a.slot] = mine
+                out.append((svc, "INFORM", a.slot, mine))
+            self._pop_volunteers(out, sub, 2)
+            return out, False
+
+        if "OFFER_INTENT" in by:
+            offered = by["OFFER_INTENT"][0].canonical_values
+            nxt = self.subs[self.idx + 1] if self.idx + 1 < len(self.subs) else None
+            if sub.done and nxt is not None and nxt.service == svc and offered and nxt.intent == offered[0]:
+                self._activate(self.idx + 1)
+                self.agenda.pop()
+                out.append((svc, "AFFIRM_INTENT", "", None))
+                self._pop_volunteers(out, nxt, 2)
+                return out, False
+            out.append((svc, "NEGATE_INTENT", "", None))
+            if sub.fulfilled and sub.pending:
+                self._ask(out, sub, 2)
+            elif sub.done:
+                if nxt is None:
+                    self.idx = len(self.subs)
+                    if rng.random() < 0.3:
+                        out.append((svc, "GOODBYE", "", None))
+                        return out, True
+                elif rng.random() < 0.5:
+                    return out, self._open_next(out)
+            return out, False
+
+        if "REQ_MORE" in by:
+            if sub.done:
+                return out, self._move_on(out, sub, True)
+            return out, self._unstick(out, sub)
+
+        if "INFORM" in by:
+            if sub.offered is not None and not sub.selected:
+                return out, self._decide_offer(out, sub)
+            if sub.done:
+                return out, self._move_on(out, sub, False)
+            if sub.pending and sub.fulfilled:
+                self._ask(out, sub, 2)
+                return out, False
+        if not out:
+            return out, self._unstick(out, sub)
+        return out, False
+
+    def _unstick(self, out: list, sub: _Sub) -> bool:
+        """A system turn the agenda has no rule for: ask what is still unknown, else restate the intent."""
+        if sub.fulfilled and sub.pending:
+            self._ask(out, sub, 2)
+            return False
+        out.append((sub.service, "INFORM_INTENT", "intent", sub.intent))
+        said = self.canon.get(sub.service, {})
+        for slot, value in sub.constraints.items():
+            if not _same(said.get(slot), value):
+                out.append((sub.service, "INFORM", slot, value))
+                break
+        return False
+
+    def _fallback(self, sub: _Sub, slot: str) -> str:
+        """A value for a slot the goal says nothing about: "dontcare", or any allowed value."""
+        svc = self._service(sub.service)
+        if slot not in svc.categorical:
+            return "dontcare"
+        values = self.pack.service(sub.service).possible_values(slot)
+        return values[0] if values else "dontcare"
+
+    def _failed(self, out: list, sub: _Sub, req_more: bool) -> bool:
+        """The intent failed: relax the next constraint and retry, or give the subgoal up."""
+        svc = sub.service
+        if sub.relax:
+            slot, value = sub.relax.pop(0)
+            sub.relaxed += 1
+            if slot in sub.constraints or slot in sub.optional or value != "dontcare":
+                sub.constraints[slot] = value
+            out.append((svc, "INFORM", slot, value))
+            if not sub.transactional:
+                out.append((svc, "REQUEST_ALTS", "", None))
+            elif req_more:
+                out.append((svc, "INFORM_INTENT", "intent", sub.intent))
+            return False
+        if sub.transactional and sub.retries < 1:
+            # a booking can fail for no reason the user sees: try once more as it is
+            sub.retries += 1
+            out.append((svc, "INFORM_INTENT", "intent", sub.intent))
+            return False
+        sub.failed = True
+        sub.reason = sub.reason or "the system notified failure and no relaxation was left"
+        if self.idx + 1 < len(self.subs):
+            return self._open_next(out)
+        self.idx = len(self.subs)
+        out += [(svc, "THANK_YOU", "", None), (svc, "GOODBYE", "", None)]
+        return True
+
+    def _offer(self, out: list, sub: _Sub, by: dict[str, list[Act]]) -> bool:
+        offered = {a.slot: a.canonical_values[0] for a in by["OFFER"] if a.canonical_values}
+        if "INFORM_COUNT" in by and by["INFORM_COUNT"][0].canonical_values:
+            count = by["INFORM_COUNT"][0].canonical_values[0]
+            sub.count = int(count) if count.isdigit() else None
+        elif sub.offered is None and not sub.alts:
+            sub.count = 1  # a first offer without a count: the only result
+        sub.offered = offered
+        sub.selected = False
+        self._offer_acts = by["OFFER"]
+        said = self.canon.get(sub.service, {})
+        # only what the user holds to counts against an offer: constraints, and optional values it said
+        conflict = [s for s, v in offered.items()
+                    if (sub.constraints.get(s) or (said.get(s) if s in sub.optional else None)) not in (None, "dontcare")
+                    and not _same(sub.constraints.get(s) or said.get(s), v)]
+        unsaid = [(s, v) for s, v in sub.constraints.items() if not _same(said.get(s), v)]
+        if conflict and unsaid and "NOTIFY_FAILURE" not in by:
+            # the system searched before hearing everything: say the rest and ask again
+            out += [(sub.service, "INFORM", s, v) for s, v in unsaid]
+            out.append((sub.service, "REQUEST_ALTS", "", None))
+            return False
+        if conflict:
+            if sub.transactional and "NOTIFY_FAILURE" in by and sub.relax:
+                # an alternative after a failed booking: accept it if it is what we would relax to anyway
+                slot, value = sub.relax[0]
+                if slot in offered and (value == "dontcare" or _same(offered[slot], value)):
+                    sub.relax.pop(0)
+                    sub.relaxed += 1
+                    for s, v in offered.items():
+                        if s in sub.constraints:
+                            sub.constraints[s] = v
+                    for a in self._offer_acts:
+                        self._accept(sub.service, a)
+                    out.append((sub.service, "AFFIRM", "", None))
+                    return False
+            if "NOTIFY_FAILURE" in by:
+                return self._failed(out, sub, False)
+            if sub.alts < self.max_alts + 2:
+                sub.alts += 1
+                out.append((sub.service, "REQUEST_ALTS", "", None))
+                return False
+            sub.reason = "every offer contradicted the user's constraints"
+            return self._failed(out, sub, False)
+        if "NOTIFY_FAILURE" in by:
+            for a in self._offer_acts:
+                self._accept(sub.service, a)
+            out.append((sub.service, "AFFIRM", "", None))
+            return False
+        if sub.pending and self.rng.random() < self.request_first:
+            self._ask(out, sub, 2)
+            return False
+        return self._decide_offer(out, sub)
+
+    def _decide_offer(self, out: list, sub: _Sub) -> bool:
+        """With the offer's details known: ask for alternatives now and then, else select it."""
+        rng = self.rng
+        more = sub.count is None or sub.alts + 1 < sub.count  # are there other results to hear?
+        if more and sub.alts < self.max_alts and rng.random() < self.alts_rate:
+            sub.alts += 1
+            sub.offered = None
+            out.append((sub.service, "REQUEST_ALTS", "", None))
+            return False
+        svc = sub.service
+        sub.selected = True
+        sub.row.update(sub.offered or {})
+        for a in self._offer_acts:
+            self._accept(svc, a)
+        out.append((svc, "SELECT", "", None))
+        if not sub.transactional:
+            sub.fulfilled = True
+        if sub.pending:
+            if rng.random() < 0.5:
+                self._ask(out, sub, 1)
+            return False
+        if not sub.done:
+            return False
+        nxt = self.subs[self.idx + 1] if self.idx + 1 < len(self.subs) else None
+        if nxt is not None and nxt.service == svc and rng.random() < 0.5:
+            return self._open_next(out)
+        if nxt is None and rng.random() < 0.35:
+            self.idx = len(self.subs)
+            out.append((svc, "GOODBYE", "", None))
+            return True
+        return False
+
+    # -- state and annotation ---------------------------------------------------------------------
+
+    def _accept(self, service: str, act: Act) -> None:
+        """The user takes on a value the system said (a confirmed, proposed or selected one) into the state."""
+        if act.slot not in self._service(service).args or not act.canonical_values or not act.values:
+            return
+        canon, spoken = act.canonical_values[0], act.values[0]
+        cur = self.canon.setdefault(service, {})
+        vals = self.values.setdefault(service, {})
+        if _same(cur.get(act.slot), canon):
+            if spoken not in vals[act.slot]:
+                vals[act.slot].append(spoken)
+        else:
+            cur[act.slot] = canon
+            vals[act.slot] = [spoken]
+
+    def _say(self, service: str, slot: str, canon: str) -> str:
+        """The spoken variant of ``canon`` this user uses (chosen once, then repeated)."""
+        key = (service, slot, canon)
+        spoken = self.spoken.get(key)
+        if spoken is None:
+            if canon == "dontcare" or slot in self._service(service).categorical:
+                spoken = canon
+            else:
+                spoken = self.pack.spoken(service, slot, canon, self.rng)
+            self.spoken[key] = spoken
+        return spoken
+
+    def _reply(self, out: list, end: bool) -> UserReply:
+        if end:
+            self.ended = True
+        noisy = out
+        if self.noise is not None and out:
+            noisy, repair = self.noise.corrupt(out, self, self.rng)
+            if repair:
+                self.repair = repair
+        frames: list[Frame] = []
+        texts: list[str] = []
+        offset = 0
+        order: list[str] = []
+        grouped: dict[str, list] = {}
+        for item in noisy:
+            if item[0] not in grouped:
+                order.append(item[0])
+                grouped[item[0]] = []
+            grouped[item[0]].append(item)
+        true_by_service: dict[str, list] = {}
+        for item in out:
+            true_by_service.setdefault(item[0], []).append(item)
+        for service in order:
+            acts: list[Act] = []
+            requested: list[str] = []
+            for _, act, slot, value in grouped[service]:
+                if act == "INFORM_INTENT":
+                    acts.append(Act(act=act, slot="intent", values=[value], canonical_values=[value]))
+                elif value is not None:
+                    acts.append(Act(act=act, slot=slot, values=[self._say(service, slot, value)],
+                                    canonical_values=[value]))
+                else:
+                    acts.append(Act(act=act, slot=slot))
+                    if act == "REQUEST":
+                        requested.append(slot)
+            acts.sort(key=_act_key)  # one order per signature (the realizer caches plans by signature)
+            self._update_state(service, true_by_service.get(service, ()))
+            text, spans = self.pack.realizer.realize("USER", service, acts, self.rng)
+            if offset:
+                spans = [type(sp)(slot=sp.slot, start=sp.start + offset, exclusive_end=sp.exclusive_end + offset)
+                         for sp in spans]
+            vals = self.values.get(service, {})
+            state = DialogueState(active_intent=self.active.get(service, "NONE"), requested_slots=requested,
+                                  slot_values={k: sorted(v) for k, v in vals.items()})
+            frames.append(Frame(service=service, actions=acts, slots=spans, state=state))
+            texts.append(text)
+            offset += len(text) + 1
+        return UserReply(utterance=" ".join(texts), frames=frames, end=end)
+
+    def _update_state(self, service: str, items: Any) -> None:
+        """Fold the acts the user meant into the state: intent, informed values (true, not noisy)."""
+        svc = self._service(service)
+        for _, act, slot, value in items:
+            if act == "INFORM_INTENT":
+                self.active[service] = value
+            elif act == "AFFIRM_INTENT":
+                sub = self._cur()
+                if sub is not None and sub.service == service:
+                    self.active[service] = sub.intent
+            elif act == "INFORM" and value is not None and slot in svc.args:
+                cur = self.canon.setdefault(service, {})
+                vals = self.values.setdefault(service, {})
+                spoken = self._say(service, slot, value)
+                if _same(cur.get(slot), value):
+                    if spoken not in vals[slot]:
+                        vals[slot].append(spoken)
+                else:
+                    cur[slot] = value
+                    vals[slot] = [spoken]
+
+
+_OPTIONS = {"patience": int, "verbosity": float, "alts_rate": float, "max_alts": int, "request_first": float}
+
+
+def make_factory(arg: str | None, scenarios: Any, options: dict[str, Any]) -> Any:
+    """Registry factory for ``--user agenda``: options patience, verbosity, alts_rate, max_alts,
+    request_first, and the noise model's slot_error, intent_error, noise_mode (strings are converted)."""
+    from ..engine.errors import UserError
+    from .noise import from_options
+
+    kwargs: dict[str, Any] = {}
+    noise_keys = {"slot_error", "intent_error", "noise_mode"}
+    for key, value in options.items():
+        if key in noise_keys:
+            continue
+        if key not in _OPTIONS:
+            raise UserError(f"agenda user: unknown option {key!r} (known: {', '.join(sorted(_OPTIONS) + sorted(noise_keys))})")
+        try:
+            kwargs[key] = _OPTIONS[key](value)
+        except (TypeError, ValueError):
+            raise UserError(f"agenda user: option {key}={value!r} is not a valid {_OPTIONS[key].__name__}") from None
+    try:
+        noise = from_options(options)
+    except ValueError as exc:
+        raise UserError(f"agenda user: {exc}") from None
+    pack = getattr(scenarios, "pack", None)
+    services: dict[str, _Service] = {}  # shared by the episodes of a run: schemas do not change
+
+    def make() -> AgendaUser:
+        return AgendaUser(pack, noise=noise, services=services, **kwargs)
+
+    return make
+
+
+def _register() -> None:
+    from ..engine.registry import register_user
+
+    register_user("agenda", make_factory)
+
+
+_register()
