@@ -28,7 +28,8 @@ def register(sub: Any) -> None:
     p.add_argument("--ref", required=True, help="reference split directory (dialogues_*.json)")
     p.add_argument("--pred", required=True, help="prediction directory (SGD-format *.json)")
     p.add_argument("--schema", help="schema.json of the reference split (default: REF/schema.json)")
-    p.add_argument("--train-schema", metavar="PATH", help="train-split schema.json; its services count as seen")
+    p.add_argument("--train-schema", metavar="PATH", help="train-split schema.json whose services count as seen "
+                        "(default: the 26 services of the SGD train split)")
     p.add_argument("--out", help="write the metrics JSON here (official layout)")
     p.set_defaults(handler=handle)
 

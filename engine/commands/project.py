@@ -25,7 +25,8 @@ def register(sub: Any) -> None:
     p.add_argument("--rebuild", action="store_true", help="ignore the checkpoint and fold every episode again")
     p.add_argument("--skip-corrupt", action="store_true", help="skip corrupt event lines and count them")
     p.add_argument("--train-schema", metavar="PATH",
-                   help="dst_metrics: train-split schema.json; its services count as seen")
+                   help="dst_metrics: train-split schema.json whose services count as seen "
+                        "(default: the 26 services of the SGD train split)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     add_sgdx_arguments(p)
     p.set_defaults(handler=handle)

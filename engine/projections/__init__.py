@@ -22,7 +22,6 @@ import gc
 import importlib
 import json
 import os
-import shutil
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any, Callable, Protocol
@@ -231,8 +230,3 @@ def _write_atomic(path: Path, data: bytes) -> None:
     with open(tmp, "wb") as f:
         f.write(data)
     os.replace(tmp, path)
-
-
-def remove_output(out: Path) -> None:
-    """Delete a projection output directory (used when a command fails before writing anything)."""
-    shutil.rmtree(out, ignore_errors=True)

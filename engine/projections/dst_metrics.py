@@ -266,10 +266,18 @@ def score_episode(events: list[Any]) -> EpisodeScores | None:
     return EpisodeScores(dialogue_id=str(dialogue_id), frames=frames, unscored_turns=unscored)
 
 
-def seen_services(train_schema: str | None) -> set[str] | None:
-    """Service names of a train schema.json (seen services), or None when no path is given."""
+# The services of the SGD train split: "seen" unless --train-schema names another train schema.
+SGD_TRAIN_SERVICES = frozenset([
+    "Banks_1", "Buses_1", "Buses_2", "Calendar_1", "Events_1", "Events_2", "Flights_1", "Flights_2", "Homes_1",
+    "Hotels_1", "Hotels_2", "Hotels_3", "Media_1", "Movies_1", "Music_1", "Music_2", "RentalCars_1",
+    "RentalCars_2", "Restaurants_1", "RideSharing_1", "RideSharing_2", "Services_1", "Services_2", "Services_3",
+    "Travel_1", "Weather_1"])
+
+
+def seen_services(train_schema: str | None) -> set[str]:
+    """Service names of a train schema.json (seen services); by default those of the SGD train split."""
     if not train_schema:
-        return None
+        return set(SGD_TRAIN_SERVICES)
     from ...scenarios.sgd.schema import load_schemas
     return {s["service_name"] for s in load_schemas(train_schema)}
 

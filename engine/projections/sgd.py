@@ -59,7 +59,8 @@ class SgdProjection:
         schemas: dict[str, Any] = {}
         if self.sgdx is not None:
             for service in dialogue.services:
-                schema = self.sgdx.schema(service)
+                # a log imported with --sgdx already carries variant names and schemas
+                schema = self.sgdx.schema(service) or known.get(service)
                 if schema is not None:
                     schemas[schema["service_name"]] = schema
             dialogue = self.sgdx.dialogue(dialogue)

@@ -226,3 +226,11 @@ def test_unknown_projection_is_a_user_error():
     """--to with an unknown name lists the known ones."""
     with pytest.raises(UserError, match="dst_metrics"):
         get_projection("nope")
+
+
+def test_default_seen_services_are_the_real_train_split(shared_sgd):
+    """The built-in seen set equals the service names of the real train schema."""
+    from dialogsim.engine.projections.dst_metrics import SGD_TRAIN_SERVICES, seen_services
+
+    train = shared_sgd / "schemas" / "train" / "schema.json"
+    assert seen_services(str(train)) == set(SGD_TRAIN_SERVICES) == seen_services(None)
