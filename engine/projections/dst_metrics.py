@@ -60,8 +60,9 @@ def token_sort_ratio(a: str, b: str) -> int:
         return 100
     if not a or not b:
         return 0
-    total = len(a) + len(b)
-    return int(round(100 * ((total - Indel.distance(a, b)) / total)))
+    # python-Levenshtein's ratio is 1 - distance / total lengths, in this float order (it decides ties: 42.5 vs
+    # 42.50000000000001), then fuzzywuzzy rounds 100 * ratio with Python's round
+    return int(round(100 * (1.0 - Indel.distance(a, b) / (len(a) + len(b)))))
 
 
 def fuzzy_string_match(ref: str, hyp: str) -> float:
