@@ -166,9 +166,10 @@ def _search_subgoal(pack: Pack, svc: ServiceSchema, intent: IntentSchema, rng: r
             alts = [v for v in pack.value_pool(svc.name, slot) if v not in _ANY and v != constraints[slot]]
             rng.shuffle(alts)
             for alt in alts[:12]:
-                trial = dict(intent.optional_slots, **optional, **constraints)
-                trial[slot] = alt
-                if not table.match(trial):
+                # nothing may match whether or not the user is asked for their optional values
+                bare = dict(intent.optional_slots, **constraints)
+                bare[slot] = alt
+                if not table.match(bare) and not table.match(dict(bare, **optional)):
                     relax.append([slot, constraints[slot]])
                     constraints[slot] = alt
                     feasible = False

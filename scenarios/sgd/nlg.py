@@ -117,12 +117,20 @@ def builtin_template(speaker: str, svc: ServiceSchema | None, act: Act) -> Templ
 
 
 class _Plan:
-    """A resolved way to realize one signature: groups of (act indices, candidate templates)."""
+    """Resolved ways to realize one signature: alternatives (each a list of groups) with weights."""
 
-    __slots__ = ("groups",)
+    __slots__ = ("alternatives", "cum")
 
-    def __init__(self, groups: list[tuple[list[int], list[Template]]]):
-        self.groups = groups
+    def __init__(self, alternatives: list[list[tuple]], weights: list[int]):
+        self.alternatives = alternatives
+        self.cum = [sum(weights[: k + 1]) for k in range(len(weights))]
+
+    def pick(self, rng: random.Random) -> list[tuple]:
+        """One alternative, by weight."""
+        if len(self.alternatives) == 1:
+            return self.alternatives[0]
+        x = rng.random() * self.cum[-1]
+        return self.alternatives[0] if x < self.cum[0] else self.alternatives[1]
 
 
 class Realizer:
@@ -130,12 +138,14 @@ class Realizer:
 
     def __init__(self, banks: dict[str, dict[str, dict[str, list[Template]]]],
                  generic: dict[str, dict[str, list[Template]]], services: dict[str, ServiceSchema],
-                 by_slot: dict[str, dict[str, dict[str, list[Template]]]] | None = None, min_variety: int = 6):
+                 by_slot: dict[str, dict[str, dict[str, list[Template]]]] | None = None, min_variety: int = 6,
+                 rich: int = 8):
         self.banks = banks  # speaker -> service -> signature -> templates
         self.generic = generic  # speaker -> generic token -> templates
         self.by_slot = by_slot or {}  # speaker -> single-act token -> source service -> domain-free templates
         self.services = services
         self.min_variety = min_variety
+        self.rich = rich  # exact wordings below which composed ones are mixed in
         self._domain: dict[tuple[str, str], dict[str, list[Template]]] = {}
         self._plans: dict[tuple[str, str, str], _Plan] = {}
         self._noncat: dict[str, frozenset[str]] = {
@@ -172,21 +182,20 @@ class Realizer:
                 out.extend(tpls)
         return out
 
-    def _plan(self, speaker: str, service: str, acts: Sequence[Act], sig: str, order: list[int]) -> _Plan:
-        found = self._lookup(speaker, service, sig)
-        if found:
-            return _Plan([(order, found)])
+    def _composed(self, speaker: str, service: str, acts: Sequence[Act], order: list[int]) -> list[_Group]:
+        """Groups of acts of one kind (each looked up whole, else act by act) in a natural speaking order."""
+        pos_of = {i: k for k, i in enumerate(order)}
         rank = {a: k for k, a in enumerate(_ORDER.get(speaker, []))}
         by_act: dict[str, list[int]] = {}
         for i in order:
             by_act.setdefault(acts[i].act, []).append(i)
-        groups: list[tuple[list[int], list[Template]]] = []
+        groups: list[_Group] = []
         for act_name in sorted(by_act, key=lambda a: rank.get(a, len(rank))):
             idx = by_act[act_name]
             sub, sub_order = signature([acts[i] for i in idx])
             tpls = self._lookup(speaker, service, sub) if len(idx) > 1 else []
             if tpls:
-                groups.append(([idx[k] for k in sub_order], tpls))
+                groups.append(_group([pos_of[idx[k]] for k in sub_order], acts, order, tpls))
                 continue
             for i in idx:
                 tok = act_token(acts[i].act, acts[i].slot, acts[i].values)[0]
@@ -194,8 +203,18 @@ class Realizer:
                         or self.generic.get(speaker, {}).get(generic_token(acts[i]), []))
                 if not tpls:
                     tpls = [builtin_template(speaker, self.services.get(service), acts[i])]
-                groups.append(([i], tpls))
-        return _Plan(groups)
+                groups.append(_group([pos_of[i]], acts, order, tpls))
+        return groups
+
+    def _plan(self, speaker: str, service: str, acts: Sequence[Act], sig: str, order: list[int]) -> _Plan:
+        found = self._lookup(speaker, service, sig)
+        if not found:
+            return _Plan([self._composed(speaker, service, acts, order)], [1])
+        exact = [_group(list(range(len(order))), acts, order, found)]
+        if len(acts) > 1 and len(found) < self.rich:
+            # few exact wordings: mix in composed ones too, for variety
+            return _Plan([exact, self._composed(speaker, service, acts, order)], [len(found), self.rich - len(found)])
+        return _Plan([exact], [1])
 
     def realize(self, speaker: str, service: str, acts: list[Act], rng: random.Random) -> tuple[str, list[SlotSpan]]:
         """The utterance for one frame's acts and the spans of the non-categorical values placed in it."""
@@ -204,34 +223,42 @@ class Realizer:
         plan = self._plans.get(key)
         if plan is None:
             plan = self._plans[key] = self._plan(speaker, service, acts, sig, order)
+        groups = plan.pick(rng)
         noncat = self._noncat.get(service, frozenset())
         out: list[str] = []
         spans: list[SlotSpan] = []
         pos = 0
-        for gi, (idx, tpls) in enumerate(plan.groups):
+        for gi, (holes, tpls) in enumerate(groups):
             if gi:
                 out.append(" ")
                 pos += 1
-            slots: list[str] = []
-            values: list[str] = []
-            for i in idx:
-                a = acts[i]
-                if act_token(a.act, a.slot, a.values)[1]:
-                    for v in a.values:
-                        slots.append(a.slot)
-                        values.append(v)
             tpl = tpls[rng.randrange(len(tpls))] if len(tpls) > 1 else tpls[0]
             for part in tpl:
                 if part.__class__ is int:
-                    v = values[part]
-                    if slots[part] in noncat:
-                        spans.append(SlotSpan(slot=slots[part], start=pos, exclusive_end=pos + len(v)))
+                    k, j = holes[part]
+                    a = acts[order[k]]
+                    v = a.values[j]
+                    if a.slot in noncat:
+                        spans.append(SlotSpan(slot=a.slot, start=pos, exclusive_end=pos + len(v)))
                     out.append(v)
                     pos += len(v)
                 else:
                     out.append(part)
                     pos += len(part)
         return "".join(out), spans
+
+
+_Group = tuple  # (holes: list[(signature position, value index)], templates)
+
+
+def _group(positions: list[int], acts: Sequence[Act], order: list[int], tpls: list[Template]) -> _Group:
+    """A group of acts (by signature position) with the (position, value index) of each placeholder."""
+    holes = []
+    for k in positions:
+        a = acts[order[k]]
+        if act_token(a.act, a.slot, a.values)[1]:
+            holes.extend((k, j) for j in range(len(a.values)))
+    return holes, tpls
 
 
 def _words(text: str) -> set[str]:

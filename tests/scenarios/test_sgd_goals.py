@@ -1,0 +1,141 @@
+"""The goal sampler: constraints from real entities, an infeasible share with relaxations, chains, services."""
+
+from __future__ import annotations
+
+import random
+
+import msgspec
+import pytest
+
+from dialogsim.engine.errors import UserError
+from dialogsim.scenarios.sgd.goals import sample_goal
+from dialogsim.scenarios.sgd.pack import load_pack
+from dialogsim.scenarios.sgd.world import SgdWorld
+
+KEYS = {"service", "intent", "constraints", "optional", "requested", "relax", "feasible", "from_previous", "entity"}
+TEST_ONLY = ["Buses_3", "Events_3", "Flights_4", "Homes_2", "Hotels_2", "Media_3", "Messaging_1", "Movies_3",
+             "Music_3", "Payment_1", "RentalCars_3", "RideSharing_2", "Trains_1"]
+
+
+@pytest.fixture(scope="module")
+def pack():
+    """The bundled default pack."""
+    return load_pack()
+
+
+@pytest.fixture(scope="module")
+def goals(pack):
+    """A thousand goals over the mined services."""
+    rng = random.Random(11)
+    return [sample_goal(pack, rng) for _ in range(1000)]
+
+
+def _search(pack, sg, constraints):
+    svc = pack.service(sg["service"])
+    params = dict(constraints)
+    for slot in svc.intents[sg["intent"]].required_slots:
+        params.setdefault(slot, "dontcare")
+    return SgdWorld(pack, random.Random(0), max_results=10_000).call(sg["service"], sg["intent"], params)
+
+
+def test_goals_are_well_formed_and_json_able(pack, goals):
+    """Every subgoal has the documented keys, names real intents and slots, and values are canonical strings."""
+    for goal in goals:
+        msgspec.json.decode(msgspec.json.encode(goal))
+        assert goal["services"] == list(dict.fromkeys(sg["service"] for sg in goal["subgoals"]))
+        for i, sg in enumerate(goal["subgoals"]):
+            assert set(sg) == KEYS
+            svc = pack.service(sg["service"])
+            intent = svc.intents[sg["intent"]]
+            inputs = set(intent.required_slots) | set(intent.optional_slots)
+            assert set(sg["constraints"]) <= inputs and set(sg["optional"]) <= inputs
+            assert not set(sg["constraints"]) & set(sg["from_previous"])
+            assert set(sg["requested"]) <= set(intent.result_slots)
+            assert set(intent.required_slots) <= set(sg["constraints"]) | set(sg["from_previous"])
+            for slot, value in list(sg["constraints"].items()) + list(sg["optional"].items()):
+                assert isinstance(value, str) and value
+                if svc.is_categorical(slot):
+                    assert value in svc.possible_values(slot), (sg["service"], slot, value)
+            if sg["from_previous"]:
+                assert i > 0
+                prev = goal["subgoals"][i - 1]
+                pi = pack.service(prev["service"]).intents[prev["intent"]]
+                sources = set(pi.result_slots) | set(pi.required_slots) | set(pi.optional_slots)
+                assert set(sg["from_previous"].values()) <= sources
+
+
+def test_feasible_searches_succeed_on_their_entity(pack, goals):
+    """Constraints of a feasible, unlinked search come from a real entity: the world finds that entity."""
+    checked = 0
+    for goal in goals:
+        for sg in goal["subgoals"]:
+            svc = pack.service(sg["service"])
+            if svc.intents[sg["intent"]].is_transactional or sg["from_previous"] or not sg["feasible"]:
+                continue
+            rows, err = _search(pack, sg, sg["constraints"])
+            assert err is None and rows, sg
+            checked += 1
+    assert checked > 300
+
+
+def test_an_infeasible_share_with_working_relaxations(pack, goals):
+    """About a fifth of the searches cannot be met as stated; applying their relax list makes them succeed."""
+    searches = [sg for g in goals for sg in g["subgoals"]
+                if not pack.service(sg["service"]).intents[sg["intent"]].is_transactional and not sg["from_previous"]]
+    infeasible = [sg for sg in searches if not sg["feasible"]]
+    assert 0.1 < len(infeasible) / len(searches) < 0.3
+    for sg in infeasible:
+        assert _search(pack, sg, sg["constraints"]) == ([], None)
+        relaxed = dict(sg["constraints"])
+        for slot, value in sg["relax"]:
+            relaxed[slot] = value
+        rows, _ = _search(pack, sg, relaxed)
+        assert rows, sg
+
+
+def test_chains_and_multi_service_goals(pack, goals):
+    """Search-then-book chains carry slots over; multi-service goals link services (a ride to the restaurant)."""
+    chains = [g for g in goals if len(g["subgoals"]) >= 2 and g["subgoals"][0]["service"] == g["subgoals"][1]["service"]]
+    assert len(chains) > 100
+    assert any(g["subgoals"][0]["intent"] == "FindRestaurants" and g["subgoals"][1]["intent"] == "ReserveRestaurant"
+               and g["subgoals"][1]["from_previous"].get("restaurant_name") == "restaurant_name" for g in chains)
+    multi = [g for g in goals if len(g["services"]) > 1]
+    assert 0.2 < len(multi) / len(goals) < 0.7
+    cross = [sg for g in multi for i, sg in enumerate(g["subgoals"])
+             if i and sg["service"] != g["subgoals"][i - 1]["service"] and sg["from_previous"]]
+    assert len(cross) > 50
+    assert any(g["services"] == ["Restaurants_2", "RideSharing_1"] and
+               g["subgoals"][-1]["from_previous"].get("destination") in ("street_address", "address") for g in multi)
+
+
+def test_requested_and_optional_slots_occur(goals):
+    """Goals ask for result slots and hold optional values given only when asked."""
+    subgoals = [sg for g in goals for sg in g["subgoals"]]
+    assert sum(bool(sg["requested"]) for sg in subgoals) > len(subgoals) / 5
+    assert sum(bool(sg["optional"]) for sg in subgoals) > len(subgoals) / 20
+
+
+def test_service_pool_sequence_and_determinism(pack):
+    """Goals stay within a given service pool, follow a fixed sequence, and repeat for the same rng seed."""
+    for _ in range(50):
+        g = sample_goal(pack, random.Random(_), services=["Weather_1", "Homes_1"])
+        assert set(g["services"]) <= {"Weather_1", "Homes_1"}
+    g = sample_goal(pack, random.Random(1), sequence=["Restaurants_2", "RideSharing_1"])
+    assert g["services"] == ["Restaurants_2", "RideSharing_1"]
+    assert sample_goal(pack, random.Random(5)) == sample_goal(pack, random.Random(5))
+    with pytest.raises(UserError, match="Ghost_1"):
+        sample_goal(pack, random.Random(0), services=["Ghost_1"])
+
+
+def test_unseen_services_get_goals(pack):
+    """Services without dialogues (test split) get goals whose feasible searches succeed too."""
+    rng = random.Random(3)
+    seen = set()
+    for _ in range(300):
+        g = sample_goal(pack, rng, services=TEST_ONLY)
+        seen.update(g["services"])
+        for sg in g["subgoals"]:
+            svc = pack.service(sg["service"])
+            if not svc.intents[sg["intent"]].is_transactional and sg["feasible"] and not sg["from_previous"]:
+                assert _search(pack, sg, sg["constraints"])[0], sg
+    assert seen == set(TEST_ONLY)

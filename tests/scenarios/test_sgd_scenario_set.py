@@ -1,0 +1,98 @@
+"""The "sgd" scenario set: stable draws, scenario shape, tools as JSON Schema, registry and pack paths."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from dialogsim.engine.errors import UserError
+from dialogsim.engine.registry import load_scenarios
+from dialogsim.scenarios.sgd.pack import DEFAULT_PACK, load_pack
+from dialogsim.scenarios.sgd.scenario_set import SgdScenarioSet, load_scenario_set
+from dialogsim.scenarios.sgd.world import SgdWorld
+
+
+@pytest.fixture(scope="module")
+def sset():
+    """The default sgd scenario set."""
+    return SgdScenarioSet(load_pack())
+
+
+def test_draw_shape_and_stability(sset):
+    """A draw is a Scenario with the goal and its services' schemas; the same (seed, index) repeats."""
+    scenario, trial = sset.draw(42, 7)
+    assert trial == 0 and scenario.id == "sgd-000042" and scenario.kind == "sgd"
+    data = scenario.data
+    assert data["pack"] == sset.pack.id
+    assert set(data["schemas"]) == set(data["goal"]["services"])
+    assert sset.draw(42, 7)[0].data == data
+    others = [sset.draw(i, 7)[0].data["goal"] for i in range(20)]
+    assert len({json.dumps(g, sort_keys=True) for g in others}) == 20
+    assert sset.draw(42, 8)[0].data["goal"] != data["goal"]
+    assert SgdScenarioSet(sset.pack, seed_offset=1).draw(42, 7)[0].data["goal"] != data["goal"]
+    assert (sset.name, sset.default_user, sset.default_agent) == ("sgd", "agenda", "schema")
+
+
+def test_draws_do_not_depend_on_python_hash_seed():
+    """Draws are keyed by blake2b, not hash(): two interpreters with different hash seeds agree."""
+    code = ("import json; from dialogsim.scenarios.sgd.scenario_set import load_scenario_set; "
+            "s = load_scenario_set(None); print(json.dumps([s.draw(i, 3)[0].data['goal'] for i in range(5)]))")
+    outs = []
+    for seed in ("1", "2"):
+        env = dict(os.environ, PYTHONHASHSEED=seed)
+        outs.append(subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                                   check=True).stdout)
+    assert outs[0] == outs[1] and outs[0].startswith("[")
+
+
+def test_tools_follow_the_schema(sset):
+    """One tool per intent of the goal's services: required slots, enums of categorical slots, defaults."""
+    scenario, _ = sset.draw(3, 1)
+    tools = sset.tools(scenario)
+    pack = sset.pack
+    expected = {(s, i) for s in scenario.data["goal"]["services"] for i in pack.service(s).intents}
+    assert {(t.service, t.method) for t in tools} == expected
+    for t in tools:
+        intent = pack.service(t.service).intents[t.method]
+        assert t.transactional == intent.is_transactional and t.description == intent.description
+        params = t.parameters
+        assert params["type"] == "object" and params["required"] == list(intent.required_slots)
+        assert set(params["properties"]) == set(intent.required_slots) | set(intent.optional_slots)
+        for slot, prop in params["properties"].items():
+            spec = pack.service(t.service).slots[slot]
+            assert prop["description"] == spec.description
+            if spec.is_categorical:
+                assert set(spec.possible_values) <= set(prop["enum"])
+            else:
+                assert "enum" not in prop
+
+
+def test_world_per_episode(sset):
+    """world() gives a fresh SgdWorld that runs the goal's first search."""
+    scenario, _ = sset.draw(0, 0)
+    world = sset.world(scenario, random.Random(0))
+    assert isinstance(world, SgdWorld)
+    sg = scenario.data["goal"]["subgoals"][0]
+    assert world.call(sg["service"], sg["intent"], {}) is not None
+
+
+def test_registry_and_pack_paths(tmp_path):
+    """The registry loads "sgd", "sgd:PACK_DIR", "sgd:#services" and a bare pack directory."""
+    default = load_scenarios("sgd")
+    assert default.name == "sgd" and default.pack.id == load_pack().id
+    by_path = load_scenarios(str(DEFAULT_PACK))
+    assert by_path.pack.id == default.pack.id
+    assert load_scenarios(f"sgd:{DEFAULT_PACK}").pack.id == default.pack.id
+    narrowed = load_scenario_set("#Trains_1,Messaging_1")
+    for i in range(10):
+        assert set(narrowed.draw(i, 0)[0].data["goal"]["services"]) <= {"Trains_1", "Messaging_1"}
+    with pytest.raises(UserError, match="Ghost_1"):
+        load_scenario_set("#Ghost_1")
+    with pytest.raises(UserError, match="not a pack"):
+        load_scenario_set(str(tmp_path))
