@@ -82,13 +82,13 @@ class SgdxMap:
             st = f.state
             out.state = SgdState(active_intent=intents.get(st.active_intent, st.active_intent),
                                  requested_slots=[slots.get(s, s) for s in st.requested_slots],
-                                 slot_values={slots.get(k, k): v for k, v in st.slot_values.items()})
+                                 slot_values=_renamed(st.slot_values, slots))
         if f.service_call is not UNSET:
             call = f.service_call
             out.service_call = SgdCall(method=intents.get(call.method, call.method),
-                                       parameters={slots.get(k, k): v for k, v in call.parameters.items()})
+                                       parameters=_renamed(call.parameters, slots))
         if f.service_results is not UNSET:
-            out.service_results = [{slots.get(k, k): v for k, v in row.items()} for row in f.service_results]
+            out.service_results = [_renamed(row, slots) for row in f.service_results]
         return out
 
     @staticmethod
@@ -98,6 +98,11 @@ class SgdxMap:
                           slot=a.slot, values=[intents.get(v, v) for v in a.values])
         return SgdAct(act=a.act, canonical_values=a.canonical_values, slot=slots.get(a.slot, a.slot),
                       values=a.values)
+
+
+def _renamed(values: dict[str, Any], names: dict[str, str]) -> dict[str, Any]:
+    # keys sorted by their new names, as in the real files (and the SGD-X generator's sort_keys output)
+    return dict(sorted((names.get(k, k), v) for k, v in values.items()))
 
 
 def default_sgdx_dir() -> Path | None:

@@ -133,6 +133,7 @@ def test_sgdx_renames_names_not_values():
             if f0.state:
                 assert f1.state.active_intent == intent_map.get(f0.state.active_intent, "NONE")
                 assert f1.state.slot_values == {slot_map[k]: v for k, v in f0.state.slot_values.items()}
+                assert list(f1.state.slot_values) == sorted(f1.state.slot_values)  # as the real files
             if f0.service_call:
                 assert f1.service_call.method == intent_map[f0.service_call.method]
                 assert set(f1.service_call.parameters) == {slot_map[k] for k in f0.service_call.parameters}
