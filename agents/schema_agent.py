@@ -78,7 +78,7 @@ class _Track:
     """The agent's belief about one service: intent, values, entity on the table, pending confirmation."""
 
     __slots__ = ("intent", "canon", "spoken", "requested", "results", "pos", "offered", "selected", "booked",
-                 "changed", "confirming", "done")
+                 "changed", "confirming", "done", "version", "_state", "_key")
 
     def __init__(self) -> None:
         self.intent: str | None = None
@@ -93,6 +93,18 @@ class _Track:
         self.changed = False
         self.confirming: list[Act] | None = None  # the CONFIRM acts awaiting AFFIRM
         self.done: set[str] = set()
+        self.version = 0  # bumped whenever ``spoken`` changes, so the exposed state is rebuilt only then
+        self._state: DialogueState | None = None
+        self._key: tuple = ()
+
+    def state(self) -> DialogueState:
+        """The tracked state as SGD's DialogueState (reused while nothing changed; never mutated)."""
+        key = (self.intent, tuple(self.requested), self.version)
+        if self._state is None or key != self._key:
+            self._key = key
+            self._state = DialogueState(active_intent=self.intent or "NONE", requested_slots=list(self.requested),
+                                        slot_values={k: sorted(v) for k, v in self.spoken.items()})
+        return self._state
 
 
 class SchemaAgent:
@@ -168,9 +180,11 @@ class SchemaAgent:
         if old is not None and old.lower() == canon.lower():
             if spoken not in t.spoken[slot]:
                 t.spoken[slot].append(spoken)
+                t.version += 1
             return
         t.canon[slot] = canon
         t.spoken[slot] = [spoken]
+        t.version += 1
         t.changed = t.changed or change
 
     def _accept(self, name: str, acts: list[Act] | None) -> None:
@@ -362,9 +376,7 @@ class SchemaAgent:
             frames.append(Frame(service=name, actions=built, slots=spans))
             if "OFFER" in self.last:
                 self._offer_acts[name] = [a for a in built if a.act == "OFFER"]
-        state = {n: DialogueState(active_intent=t.intent or "NONE", requested_slots=list(t.requested),
-                                  slot_values={k: sorted(v) for k, v in t.spoken.items()})
-                 for n, t in self.tracks.items()}
+        state = {n: t.state() for n, t in self.tracks.items()}
         return AgentReply(utterance=utterance, frames=frames, state=state, end=end)
 
 

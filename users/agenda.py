@@ -27,7 +27,7 @@ from .noise import NoiseModel
 class _Service:
     """What the user needs of one service schema, precomputed once per run."""
 
-    __slots__ = ("name", "args", "categorical", "transactional", "intents", "result_slots")
+    __slots__ = ("name", "args", "categorical", "transactional", "intents", "result_slots", "_by_value")
 
     def __init__(self, schema: dict[str, Any]) -> None:
         self.name = schema["service_name"]
@@ -37,6 +37,18 @@ class _Service:
         self.result_slots = {i["name"]: set(i.get("result_slots", ())) for i in schema["intents"]}
         # SGD tracks in the state exactly the slots that are arguments of some intent of the service
         self.args = {s for i in schema["intents"] for s in list(i["required_slots"]) + list(i.get("optional_slots", {}))}
+        self._by_value: dict[str, dict[str, list[dict[str, str]]] | None] = {}
+
+    def rows_with(self, pack: Any, slot: str, value: str) -> list[dict[str, str]] | None:
+        """The pack's entity rows whose ``slot`` is ``value`` ([] when none; None when no row has the slot)."""
+        index = self._by_value.get(slot, False)
+        if index is False:
+            built: dict[str, list[dict[str, str]]] = {}
+            for row in pack.entities(self.name):
+                if slot in row:
+                    built.setdefault(row[slot], []).append(row)
+            index = self._by_value[slot] = built or None
+        return None if index is None else index.get(value, [])
 
 
 class _Sub:
@@ -120,6 +132,8 @@ class AgendaUser:
         self.turns = 0
         self.useless = 0
         self.heard: set[tuple] = set()  # signatures of the system turns heard so far
+        self._sorted: dict[str, dict[str, list[str]]] = {}  # state slot values as last annotated
+        self._dirty: set[str] = set()  # services whose values changed since
         self._offer_acts: list[Act] = []  # the OFFER acts of the entity on the table
         self.left = ""  # why the user left early ("" while talking)
         self.ended = False
@@ -219,7 +233,9 @@ class AgendaUser:
         # bottom to top: requests (asked once an entity is on the table), informs, then the intent
         agenda = [("REQUEST", r, sub.service) for r in reversed(sub.requested)]
         slots = list(sub.constraints)
-        self.rng.shuffle(slots)
+        if len(slots) > 1:  # a random rotation: cheaper than a shuffle, still varies what is said first
+            k = int(self.rng.random() * len(slots))
+            slots = slots[k:] + slots[:k]
         agenda += [("INFORM", s, sub.service) for s in slots]
         agenda.append(("INFORM_INTENT", sub.intent, sub.service))
         self.agenda = agenda
@@ -228,7 +244,13 @@ class AgendaUser:
         """A value of the previous entity the user never heard: look the entity up in the pack's table."""
         if not prev.row:
             return None
-        for row in self.pack.entities(prev.service):
+        svc = self._service(prev.service)
+        best: list[dict[str, str]] | None = None
+        for k, v in prev.row.items():  # the rows sharing the most selective known value
+            rows = svc.rows_with(self.pack, k, v)
+            if rows is not None and (best is None or len(rows) < len(best)):
+                best = rows
+        for row in best or ():
             if slot in row and all(row.get(k) == v for k, v in prev.row.items() if k in row):
                 return row[slot]
         return None
@@ -569,9 +591,11 @@ class AgendaUser:
         if _same(cur.get(act.slot), canon):
             if spoken not in vals[act.slot]:
                 vals[act.slot].append(spoken)
+                self._dirty.add(service)
         else:
             cur[act.slot] = canon
             vals[act.slot] = [spoken]
+            self._dirty.add(service)
 
     def _say(self, service: str, slot: str, canon: str) -> str:
         """The spoken variant of ``canon`` this user uses (chosen once, then repeated)."""
@@ -625,9 +649,12 @@ class AgendaUser:
             if offset:
                 spans = [type(sp)(slot=sp.slot, start=sp.start + offset, exclusive_end=sp.exclusive_end + offset)
                          for sp in spans]
-            vals = self.values.get(service, {})
+            slot_values = self._sorted.get(service)
+            if slot_values is None or service in self._dirty:  # rebuilt only when a value changed
+                slot_values = self._sorted[service] = {k: sorted(v) for k, v in self.values.get(service, {}).items()}
+                self._dirty.discard(service)
             state = DialogueState(active_intent=self.active.get(service, "NONE"), requested_slots=requested,
-                                  slot_values={k: sorted(v) for k, v in vals.items()})
+                                  slot_values=slot_values)
             frames.append(Frame(service=service, actions=acts, slots=spans, state=state))
             texts.append(text)
             offset += len(text) + 1
@@ -650,9 +677,11 @@ class AgendaUser:
                 if _same(cur.get(slot), value):
                     if spoken not in vals[slot]:
                         vals[slot].append(spoken)
+                        self._dirty.add(service)
                 else:
                     cur[slot] = value
                     vals[slot] = [spoken]
+                    self._dirty.add(service)
 
 
 _OPTIONS = {"patience": int, "verbosity": float, "alts_rate": float, "max_alts": int, "request_first": float}
