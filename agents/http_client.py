@@ -234,9 +234,12 @@ class HttpPool:
                         wait = parse_retry_after(resp.headers.get("Retry-After")) if resp.status in (429, 503) else None
                         raise _Retryable(fault, wait or 0.0)
                     raise _Fatal(fault)
-                if resp.content_length is not None and resp.content_length > cap:
+                length = resp.content_length
+                if length is not None and length > cap:
                     raise _Retryable(FaultReport(kind="limit", attempt=attempt, detail=(
-                        f"response of {resp.content_length} bytes exceeds max_response_bytes={cap}")))
+                        f"response of {length} bytes exceeds max_response_bytes={cap}")))
+                if length is not None and resp.headers.get("Content-Encoding", "identity") == "identity":
+                    return await resp.read()  # the declared length is within the cap: one read
                 buf = bytearray()
                 async for chunk in resp.content.iter_chunked(65536):
                     buf.extend(chunk)

@@ -116,6 +116,21 @@ class NativeResponse(msgspec.Struct, kw_only=True):
     action: str | None = None
 
 
+class _WireRequest(msgspec.Struct, kw_only=True):
+    """NativeRequest with the parts fixed for an episode (tools, scenario) encoded once per episode."""
+
+    protocol: str
+    episode_id: str
+    turn_index: int
+    step: int
+    tools: msgspec.Raw
+    messages: list[Message]
+    user: UserMessage
+    tool_results: list[ToolResult]
+    scenario: msgspec.Raw
+    seed: int | None
+
+
 _request_encoder = msgspec.json.Encoder()
 _response_decoder = msgspec.json.Decoder(NativeResponse)
 
@@ -271,26 +286,32 @@ class NativeHttpAgent:
         self._elapsed = 0.0
 
     def start(self, ctx: EpisodeContext) -> None:
-        """Remember the episode's context; nothing is sent until the first user turn."""
+        """Remember the episode's context and encode its fixed parts; nothing is sent until the first turn."""
         self.ctx = ctx
+        enc = _request_encoder.encode
+        self._tools = msgspec.Raw(enc(ctx.tools))
+        self._scenario = msgspec.Raw(enc(ScenarioInfo(id=ctx.scenario.id, kind=ctx.scenario.kind,
+                                                      data=ctx.scenario.data)) if self._f.send_scenario else b"null")
 
-    async def respond(self, obs: Observation) -> AgentReply:
-        """POST the conversation so far and turn the answer into a reply (retrying per the settings)."""
-        ctx, f = self.ctx, self._f
+    def request(self, obs: Observation) -> bytes:
+        """The body of the request for ``obs`` (the next step of the current turn)."""
         turn_index = obs.user.turn + 1
         if turn_index != self._turn:
             self._turn, self._step, self._elapsed = turn_index, 0, 0.0
         elif not obs.tool_results:
             self._step = 0
-        request = NativeRequest(
-            episode_id=ctx.episode_id, turn_index=turn_index, step=self._step, tools=ctx.tools,
-            messages=history_messages(obs.history, obs.user, obs.tool_results, self._last_calls),
-            user=user_message(obs.user), tool_results=obs.tool_results,
-            scenario=ScenarioInfo(id=ctx.scenario.id, kind=ctx.scenario.kind, data=ctx.scenario.data)
-            if f.send_scenario else None,
-            seed=ctx.seed)
+        return _request_encoder.encode(_WireRequest(
+            protocol=PROTOCOL, episode_id=self.ctx.episode_id, turn_index=turn_index, step=self._step,
+            tools=self._tools, messages=history_messages(obs.history, obs.user, obs.tool_results, self._last_calls),
+            user=user_message(obs.user), tool_results=obs.tool_results, scenario=self._scenario,
+            seed=self.ctx.seed))
+
+    async def respond(self, obs: Observation) -> AgentReply:
+        """POST the conversation so far and turn the answer into a reply (retrying per the settings)."""
+        ctx, f = self.ctx, self._f
+        body = self.request(obs)
         started = time.perf_counter()
-        response, faults, _ = await f.pool.post(f.url, _request_encoder.encode(request), f.headers, ctx.rng,
+        response, faults, _ = await f.pool.post(f.url, body, f.headers, ctx.rng,
                                                 decode_response)
         self._elapsed += time.perf_counter() - started
         if response.usage is not None:

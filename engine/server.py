@@ -15,6 +15,7 @@ import asyncio
 import hashlib
 import inspect
 import json
+import ssl
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -296,11 +297,12 @@ def make_app(make_agent: Callable[[], Any], protocol: str = "native", *, max_bod
     return app
 
 
-async def start_site(app: web.Application, host: str = "127.0.0.1", port: int = 0) -> tuple[web.AppRunner, int]:
+async def start_site(app: web.Application, host: str = "127.0.0.1", port: int = 0,
+                     ssl_context: ssl.SSLContext | None = None) -> tuple[web.AppRunner, int]:
     """Start ``app`` on host:port (0 picks a free port) with bounded headers; returns the runner and port."""
     runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0, **HEADER_LIMITS)
     await runner.setup()
-    site = web.TCPSite(runner, host, port)
+    site = web.TCPSite(runner, host, port, ssl_context=ssl_context)
     await site.start()
     return runner, runner.addresses[0][1]
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import json
 import socket
+import ssl
 import struct
 import threading
 from contextlib import contextmanager
@@ -59,7 +60,8 @@ class EchoAgent:
 
 
 @contextmanager
-def serve_in_thread(app: web.Application, host: str = "127.0.0.1", port: int = 0) -> Iterator[str]:
+def serve_in_thread(app: web.Application, host: str = "127.0.0.1", port: int = 0,
+                    ssl_context: ssl.SSLContext | None = None) -> Iterator[str]:
     """Run ``app`` on its own event loop in a daemon thread; yields the base URL, stops on exit."""
     loop = asyncio.new_event_loop()
     started = threading.Event()
@@ -68,7 +70,7 @@ def serve_in_thread(app: web.Application, host: str = "127.0.0.1", port: int = 0
     def run() -> None:
         asyncio.set_event_loop(loop)
         try:
-            box["runner"], box["port"] = loop.run_until_complete(start_site(app, host, port))
+            box["runner"], box["port"] = loop.run_until_complete(start_site(app, host, port, ssl_context))
         except BaseException as exc:  # surfaced to the caller below
             box["error"] = exc
         started.set()
@@ -81,7 +83,7 @@ def serve_in_thread(app: web.Application, host: str = "127.0.0.1", port: int = 0
     if "error" in box:
         raise box["error"]
     try:
-        yield f"http://{host}:{box['port']}"
+        yield f"{'https' if ssl_context else 'http'}://{host}:{box['port']}"
     finally:
         asyncio.run_coroutine_threadsafe(box["runner"].cleanup(), loop).result(timeout=10)
         loop.call_soon_threadsafe(loop.stop)

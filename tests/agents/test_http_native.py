@@ -190,3 +190,48 @@ def test_requests_carry_the_conversation_tools_and_results():
     calls = [e for e in log if isinstance(e, (ToolCalled, ToolReturned))]
     assert [type(e).__name__ for e in calls] == ["ToolCalled", "ToolReturned"]
     assert msgspec.structs.asdict(calls[0])["parameters"] == {"city": "Paris"}
+
+
+def test_the_wire_encoding_is_a_valid_native_request():
+    """The per-episode pre-encoded body decodes as a NativeRequest equal to the one built field by field."""
+    import random as _random
+
+    from dialogsim.agents.base import Observation
+    from dialogsim.agents.http_native import NativeRequest, ScenarioInfo, user_message
+    from dialogsim.engine.events import UserTurn
+    from dialogsim.scenarios.base import EpisodeContext
+    from dialogsim.scenarios.builtin import BuiltinScenarios
+
+    sc = BuiltinScenarios()
+    scenario, _ = sc.draw(1, 0)
+    agent = http_agent_factory("http://127.0.0.1:1", None, {})()
+    agent.start(EpisodeContext(episode_id="e7", scenario=scenario, tools=sc.tools(scenario),
+                               rng=_random.Random(1), seed=5))
+    said = UserTurn(run="r", ep="e7", seq=1, t=0.0, wall=0, turn=0, utterance="Hi.")
+    got = msgspec.json.decode(agent.request(Observation(user=said, history=[said], turn_index=1)), type=NativeRequest)
+    assert got == NativeRequest(episode_id="e7", turn_index=1, tools=sc.tools(scenario), messages=[user_message(said)],
+                                user=user_message(said), seed=5,
+                                scenario=ScenarioInfo(id=scenario.id, kind=scenario.kind, data=scenario.data))
+
+
+def test_tls_certificates_are_verified_by_default(tmp_path):
+    """A self-signed server: refused at once by default (a fault, outcome error), accepted with verify_tls=false."""
+    import shutil
+    import ssl
+    import subprocess
+
+    if shutil.which("openssl") is None:
+        pytest.skip("openssl is needed to make a self-signed certificate")
+    key, cert = tmp_path / "key.pem", tmp_path / "cert.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out",
+                    str(cert), "-days", "1", "-subj", "/CN=127.0.0.1"], check=True, capture_output=True)
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(cert, key)
+    with serve_in_thread(make_app(EchoAgent, "native"), ssl_context=context) as url:
+        assert url.startswith("https://")
+        strict = run_batch(http_agent_factory(url, None, FAST), episodes=1)
+        lax = run_batch(http_agent_factory(url, None, {**FAST, "verify_tls": "false"}), episodes=1)
+    assert strict.outcomes() == {"e000000": "error"}
+    assert [(f.kind, f.attempt) for f in strict.of_type("fault")] == [("exception", 1)]
+    assert "TLS error" in strict.of_type("fault")[0].detail
+    assert lax.outcomes() == {"e000000": "success"}

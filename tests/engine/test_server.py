@@ -83,8 +83,8 @@ def test_bad_requests_and_limits_are_refused():
         status, body = _post(url, ok.replace(b"dialogsim/1", b"dialogsim/9"))
         assert status == 400 and "protocol" in body["error"]["message"]
         assert _post(url, b'{"pad": "' + b"x" * 5000 + b'"}')[0] == 413
-        assert _post(url, ok, {f"X-H{i}": "v" for i in range(100)})[0] in (400, 431)
-        assert _post(url, ok, {"X-Long": "v" * 10000})[0] in (400, 431)
+        assert _post(url, ok, {f"X-H{i}": "v" for i in range(100)})[0] == 400
+        assert _post(url, ok, {"X-Long": "v" * 10000})[0] == 400
 
 
 def test_openai_endpoint_maps_a_chat_with_tool_messages():

@@ -1,0 +1,200 @@
+"""HTTP agent overhead: dialogsim's requests/s through the real engine against a raw aiohttp client loop.
+
+Starts one trivial local agent server in its own process (it answers every dialogsim/1 request with
+the same small JSON), then, for each concurrency (16 and 64 by default), measures in this process:
+
+- dialogsim: ``start_run`` (the code behind ``dialogsim run``) with built-in scenarios, the scripted user
+  and ``--agent http:URL`` at ``--concurrency C --agent-concurrency C``, think time and latency 0 so all
+  C episodes are in flight at once, events written to a real run directory;
+- raw: C asyncio tasks posting a native request of the same shape through one aiohttp session.
+
+Prints requests/s of each and their ratio (target >= 0.8). Best of ``--repeat`` runs each.
+
+    python bench/bench_http.py [--requests 20000] [--concurrency 16 64] [--server trivial|serve-agent]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ANSWER = b'{"protocol": "dialogsim/1", "utterance": "Sure, done.", "end": false}'
+
+
+def serve(port: int) -> None:
+    """The trivial agent: read the body, answer a constant (run in the server subprocess)."""
+    from aiohttp import web
+
+    async def handle(request: web.Request) -> web.Response:
+        await request.read()
+        return web.Response(body=ANSWER, content_type="application/json")
+
+    async def main() -> None:
+        app = web.Application()
+        app.router.add_post("/", handle)
+        runner = web.AppRunner(app, access_log=None)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", port)
+        await site.start()
+        print(f"listening on http://127.0.0.1:{runner.addresses[0][1]}", flush=True)
+        await asyncio.Event().wait()
+
+    asyncio.run(main())
+
+
+def start_server(kind: str) -> tuple[subprocess.Popen, str]:
+    if kind == "trivial":
+        cmd = [sys.executable, __file__, "--serve"]
+    else:
+        cmd = [sys.executable, "-m", "dialogsim.engine.cli", "serve-agent", "--agent", "scripted", "--port", "0"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    line = proc.stdout.readline().strip()
+    if not line.startswith("listening on "):
+        proc.kill()
+        raise SystemExit(f"server did not start: {line!r}")
+    return proc, line.split()[-1]
+
+
+def sample_body() -> bytes:
+    """A native request like the ones the engine sends mid-episode (built-in scenario, third user turn)."""
+    from dialogsim.agents.http_native import (AgentMessage, NativeRequest, ScenarioInfo, UserMessage,
+                                              _request_encoder)
+    from dialogsim.scenarios.builtin import BuiltinScenarios
+
+    sc = BuiltinScenarios()
+    scenario, _ = sc.draw(1, 0)
+    lines = [u if isinstance(u, str) else u["utterance"] for u in scenario.data["user"]]
+    msgs = []
+    for i, text in enumerate(lines[:3]):
+        msgs.append(UserMessage(turn=2 * i, utterance=text))
+        if i < 2:
+            msgs.append(AgentMessage(turn=2 * i + 1, utterance="Sure, done."))
+    req = NativeRequest(episode_id="e000001", turn_index=5, tools=sc.tools(scenario), messages=msgs, user=msgs[-1],
+                        scenario=ScenarioInfo(id=scenario.id, kind=scenario.kind, data=scenario.data), seed=1)
+    return _request_encoder.encode(req)
+
+
+async def raw_loop(url: str, concurrency: int, total: int, body: bytes) -> float:
+    """Requests/s of C tasks posting ``body`` through one session until ``total`` are done."""
+    import aiohttp
+
+    left = total
+    headers = {"Content-Type": "application/json"}
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=concurrency)) as session:
+
+        async def worker() -> None:
+            nonlocal left
+            while left > 0:
+                left -= 1
+                async with session.post(url, data=body, headers=headers) as resp:
+                    json.loads(await resp.read())
+
+        start = time.perf_counter()
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+        return total / (time.perf_counter() - start)
+
+
+async def agent_loop(url: str, concurrency: int, total: int) -> float:
+    """Requests/s of C tasks calling NativeHttpAgent.respond directly: the agent layer without the engine."""
+    import random
+
+    from dialogsim.agents.base import Observation
+    from dialogsim.agents.http_native import http_agent_factory
+    from dialogsim.engine.events import UserTurn
+    from dialogsim.scenarios.base import EpisodeContext
+    from dialogsim.scenarios.builtin import BuiltinScenarios
+
+    sc = BuiltinScenarios()
+    scenario, _ = sc.draw(1, 0)
+    factory = http_agent_factory(url, None, {"concurrency": concurrency})
+    left = total
+
+    async def worker(k: int) -> None:
+        nonlocal left
+        agent = factory()
+        agent.start(EpisodeContext(episode_id=f"e{k}", scenario=scenario, tools=sc.tools(scenario),
+                                   rng=random.Random(k), seed=k))
+        history: list = []
+        turn = 0
+        while left > 0:
+            left -= 1
+            said = UserTurn(run="r", ep=f"e{k}", seq=len(history), t=0.0, wall=0, turn=turn, utterance="Hello.")
+            history.append(said)
+            await agent.respond(Observation(user=said, history=history[-6:], turn_index=turn + 1))
+            turn += 2
+
+    start = time.perf_counter()
+    try:
+        await asyncio.gather(*(worker(k) for k in range(concurrency)))
+    finally:
+        await factory.aclose()
+    return total / (time.perf_counter() - start)
+
+
+def dialogsim_run(url: str, concurrency: int, episodes: int, durability: str) -> tuple[float, int]:
+    """Requests/s of a real run (start_run) and the number of agent requests it made."""
+    from dialogsim.engine.log import read_events
+    from dialogsim.engine.session import RunConfig, start_run
+
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "run"
+        config = RunConfig(scenarios="builtin", user="scripted", agent=f"http:{url}", episodes=episodes,
+                           concurrency=concurrency, think="0", latency="0", durability=durability,
+                           agent_options={"concurrency": concurrency})
+        start = time.perf_counter()
+        result = start_run(out, config, progress=False)
+        elapsed = time.perf_counter() - start
+        assert result.status == "completed", result
+        requests = sum(1 for _ in read_events(out, types={"agent_turn"}))
+    return requests / elapsed, requests
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--requests", type=int, default=20000, help="agent requests per measurement")
+    parser.add_argument("--concurrency", type=int, nargs="+", default=[16, 64])
+    parser.add_argument("--server", choices=["trivial", "serve-agent"], default="trivial")
+    parser.add_argument("--durability", default="batch", choices=["none", "batch", "episode"])
+    parser.add_argument("--repeat", type=int, default=2)
+    args = parser.parse_args()
+    if args.serve:
+        serve(0)
+        return
+    from dialogsim.engine.oplog import configure_logging
+
+    configure_logging("console", "warning")
+    proc, url = start_server(args.server)
+    try:
+        body = sample_body()
+        per_episode = 10 / 3  # built-in scenarios: 2, 5 and 3 agent turns
+        episodes = max(1, int(args.requests / per_episode))
+        asyncio.run(raw_loop(url, 8, 500, body))  # warm-up: connections, server code paths
+        dialogsim_run(url, 8, 150, args.durability)
+        print(f"server: {args.server} ({url}), {os.cpu_count()} CPUs, body {len(body)} bytes, "
+              f"durability {args.durability}")
+        for c in args.concurrency:
+            ours, raw, layer, n = 0.0, 0.0, 0.0, 0
+            for _ in range(args.repeat):
+                rate, n = dialogsim_run(url, c, episodes, args.durability)
+                ours = max(ours, rate)
+                raw = max(raw, asyncio.run(raw_loop(url, c, n, body)))
+                layer = max(layer, asyncio.run(agent_loop(url, c, n)))
+            print(f"concurrency {c:3d}: dialogsim run {ours:7.0f} req/s | raw aiohttp {raw:7.0f} req/s | "
+                  f"ratio {ours / raw:.2f} (target >= 0.8) | agent layer alone {layer:7.0f} req/s, "
+                  f"ratio {layer / raw:.2f} | {n} requests each")
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+if __name__ == "__main__":
+    main()
