@@ -109,6 +109,8 @@ def import_sgd(src: str | Path, out: str | Path, *, schema: str | Path | None = 
     schema_path = Path(schema) if schema is not None else src / "schema.json"
     if not schema_path.is_file():
         raise UserError(f"{schema_path}: no schema.json (pass --schema PATH)")
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise UserError(f"{out}: exists and is not an empty directory; choose a new --out")
     schemas = {s["service_name"]: s for s in load_schemas(schema_path)}
     run_id = run_id or f"sgd-{src.resolve().name}"
     existed = out.exists()
@@ -121,7 +123,8 @@ def import_sgd(src: str | Path, out: str | Path, *, schema: str | Path | None = 
         write_events(out, sgd_events(src, schemas, run_id, skip_invalid=skip_invalid, sgdx=sgdx, stats=stats),
                      run_id=run_id, config=config, seed=0, durability="batch")
     except BaseException:
-        if out.exists() and (out / "manifest.json").exists():
+        # out was absent or empty before (checked above): whatever is in it now is this import's
+        if out.exists():
             shutil.rmtree(out)
             if existed:
                 out.mkdir()

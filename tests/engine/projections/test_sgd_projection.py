@@ -268,3 +268,13 @@ def test_real_dev_split_imports_as_an_sgdx_variant(shared_sgd, tmp_path):
                 if "state" in f:
                     assert sorted(map(sorted, f["state"]["slot_values"].values())) == \
                         sorted(map(sorted, fo["state"]["slot_values"].values()))
+
+
+def test_import_into_a_non_empty_directory_leaves_it_alone(tmp_path):
+    """An existing run directory as --out is refused and kept intact."""
+    run = tmp_path / "run"
+    import_sgd(FIXTURES, run)
+    before = sorted(p.name for p in run.rglob("*"))
+    with pytest.raises(UserError, match="not an empty directory"):
+        import_sgd(FIXTURES, run)
+    assert sorted(p.name for p in run.rglob("*")) == before
