@@ -89,9 +89,12 @@ _encoder = msgspec.json.Encoder()
 # -- reading and validating ---------------------------------------------------------------------------
 
 
+PER_FRAME_FILE = "dialogues_and_metrics.json"  # written by the official evaluation beside predictions
+
+
 def dialogue_files(directory: Path) -> list[Path]:
-    """The ``dialogues_*.json`` files of a split directory, sorted by name."""
-    return sorted(directory.glob("dialogues_*.json"))
+    """The ``dialogues_*.json`` files of a split directory, sorted by name (not the evaluation's output)."""
+    return sorted(p for p in directory.glob("dialogues_*.json") if p.name != PER_FRAME_FILE)
 
 
 def read_dialogue_file(path: Path) -> list[SgdDialogue]:

@@ -95,6 +95,7 @@ def evaluate(ref: dict[str, dict[str, Any]], hyp: dict[str, dict[str, Any]], sch
 
 def handle(args: argparse.Namespace) -> int:
     from ...scenarios.sgd.schema import load_schemas
+    from ...scenarios.sgd_corpus import dialogue_files
     ref_dir, pred_dir = Path(args.ref), Path(args.pred)
     for d in (ref_dir, pred_dir):
         if not d.is_dir():
@@ -103,7 +104,7 @@ def handle(args: argparse.Namespace) -> int:
     if not schema_path.is_file():
         raise UserError(f"{schema_path}: no schema.json (pass --schema PATH)")
     schemas = {s["service_name"]: s for s in load_schemas(schema_path)}
-    ref = read_split(sorted(ref_dir.glob("dialogues_*.json")))
+    ref = read_split(dialogue_files(ref_dir))
     if not ref:
         raise UserError(f"{ref_dir}: no dialogues_*.json files")
     hyp = read_split(sorted(p for p in pred_dir.glob("*.json") if p.name not in _SKIP))
