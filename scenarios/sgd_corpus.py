@@ -355,6 +355,8 @@ def events_to_dialogue(events: list[Any]) -> SgdDialogue | None:
         services = goal.get("services") if isinstance(goal, dict) else None
     if not isinstance(services, list) or not services:
         services = seen_services or list(snapshot_schemas(data))
+    # every frame's service must be listed (a live agent may call a service outside the scenario's)
+    services = list(services) + [s for s in seen_services if s not in services]
     dialogue_id = data.get("dialogue_id") or started.ep
     default_service = services[0] if services else ""
     for turn in turns:

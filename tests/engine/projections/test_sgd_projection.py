@@ -153,7 +153,12 @@ def test_tool_calls_attach_to_the_system_frame(tmp_path):
                    parameters={"location": "Paris", "stars": 4}),
         ToolReturned(**env, seq=3, call_id="c1", results=[{"hotel_name": "Le H", "star_rating": 4}]),
         AgentTurn(**env, seq=4, turn=1, utterance="Le H is nice."),
-        EpisodeEnded(**env, seq=5, outcome="success"),
+        UserTurn(**env, seq=5, turn=2, utterance="and a table nearby?", frames=[Frame(service="Hotels_4")]),
+        ToolCalled(**env, seq=6, call_id="c2", service="Restaurants_2", method="FindRestaurants",
+                   parameters={"city": "Paris"}),
+        ToolReturned(**env, seq=7, call_id="c2", error="backend down"),
+        AgentTurn(**env, seq=8, turn=3, utterance="Sorry, no luck."),
+        EpisodeEnded(**env, seq=9, outcome="success"),
     ]
     run = tmp_path / "run"
     write_events(run, events, run_id="r", config={})
@@ -165,6 +170,11 @@ def test_tool_calls_attach_to_the_system_frame(tmp_path):
                        "service_call": {"method": "SearchHotel", "parameters": {"location": "Paris", "stars": "4"}},
                        "service_results": [{"hotel_name": "Le H", "star_rating": "4"}], "slots": []}]
     assert d["turns"][0]["frames"][0]["state"] == {"active_intent": "NONE", "requested_slots": [], "slot_values": {}}
+    # a call outside the scenario's services still lists its service; a failed call has no results
+    assert d["services"] == ["Hotels_4", "Restaurants_2"]
+    assert d["turns"][3]["frames"] == [{"actions": [], "service": "Restaurants_2",
+                                        "service_call": {"method": "FindRestaurants", "parameters": {"city": "Paris"}},
+                                        "service_results": [], "slots": []}]
 
 
 def test_bad_dialogue_fails_cleanly_or_is_skipped(tmp_path, capsys):
