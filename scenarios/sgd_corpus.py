@@ -285,19 +285,17 @@ def _rows(results: list[dict[str, Any]]) -> list[dict[str, str]]:
 
 
 def _frame_out(frame: Frame, user: bool) -> SgdFrame:
+    # positional construction: this runs for every frame, act and span of a projection
     state = frame.state
     if user:
         state = state or DialogueState()
-        state_out: SgdState | UnsetType = SgdState(active_intent=state.active_intent,
-                                                    requested_slots=state.requested_slots,
-                                                    slot_values=state.slot_values)
+        state_out: SgdState | UnsetType = SgdState(state.active_intent, state.requested_slots, state.slot_values)
     else:
         state_out = UNSET
     return SgdFrame(
-        actions=[SgdAct(act=a.act, canonical_values=a.canonical_values, slot=a.slot, values=a.values)
-                 for a in frame.actions],
+        actions=[SgdAct(a.act, a.canonical_values, a.slot, a.values) for a in frame.actions],
         service=frame.service,
-        slots=[SgdSpan(exclusive_end=s.exclusive_end, slot=s.slot, start=s.start) for s in frame.slots],
+        slots=[SgdSpan(s.exclusive_end, s.slot, s.start) for s in frame.slots],
         state=state_out,
     )
 

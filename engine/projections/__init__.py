@@ -95,6 +95,11 @@ class _Line(msgspec.Struct):
     out: msgspec.Raw
 
 
+class _OutLine(msgspec.Struct):
+    ep: str
+    out: Any
+
+
 _line_decoder = msgspec.json.Decoder(_Line)
 _encoder = msgspec.json.Encoder()
 
@@ -176,7 +181,8 @@ def _run(run_dir: str | Path | RunDir, projection: Projection, out_dir: str | Pa
                 continue
             done.add(ep)
             output = projection.fold(events)
-            buffer += b'{"ep":' + _encoder.encode(ep) + b',"out":' + _encoder.encode(output) + b"}\n"
+            _encoder.encode_into(_OutLine(ep, output), buffer, -1)
+            buffer += b"\n"
             new += 1
             if len(buffer) >= 1 << 20:
                 sink.write(buffer)
