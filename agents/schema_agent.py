@@ -326,7 +326,7 @@ class SchemaAgent:
             t.offered = None
             return self._say(name, out + [("NOTIFY_FAILURE", "", None), ("REQ_MORE", "", None)], end=False)
         acts = self._offer(name, t, rows[0])
-        if len(rows) > 1:
+        if len(rows) > 1 and self.rng.random() < 0.55:  # SGD systems give the count on about half the offers
             acts.append(("INFORM_COUNT", "count", str(len(rows))))
         entity = rows[0]
         acts = [a for a in out if a[0] == "INFORM"] + acts

@@ -308,7 +308,7 @@ class AgendaUser:
             else:
                 out += [(sub_service, "THANK_YOU", "", None), (sub_service, "GOODBYE", "", None)]
             return True
-        if self.rng.random() < 0.7:
+        if self.rng.random() < 0.5:
             out.append((sub_service, "THANK_YOU", "", None))
             return False
         out += [(sub_service, "THANK_YOU", "", None), (sub_service, "GOODBYE", "", None)]
@@ -318,7 +318,7 @@ class AgendaUser:
         """The current subgoal is settled: thank, open the next one or close (returns end)."""
         if self.idx + 1 < len(self.subs):
             nxt = self.subs[self.idx + 1]
-            if after_req_more or self.rng.random() < 0.5:
+            if after_req_more or self.rng.random() < 0.7:  # SGD users mostly go straight on
                 if nxt.service != sub.service and not after_req_more:
                     out.append((sub.service, "THANK_YOU", "", None))
                 return self._open_next(out)
