@@ -21,9 +21,12 @@ from typing import Any, Callable, Mapping, TypeVar
 import aiohttp
 
 from ..engine.errors import UserError
+from ..engine.oplog import get_logger
 from .base import AgentFailure, FaultReport
 
 T = TypeVar("T")
+
+log = get_logger("http-agent")
 
 # Statuses worth another attempt: the server is overloaded or briefly broken, not refusing the request.
 RETRY_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
@@ -210,12 +213,17 @@ class HttpPool:
                 return value, faults, time.perf_counter() - started
             except _Fatal as exc:
                 faults.append(exc.fault)
+                log.warning("agent request failed, not retryable", kind=exc.fault.kind, detail=exc.fault.detail)
                 raise AgentFailure(f"agent request failed: {exc.fault.detail}", faults) from None
             except _Retryable as exc:
                 faults.append(exc.fault)
                 if attempt == attempts:
+                    log.warning("agent request failed, retries exhausted", kind=exc.fault.kind,
+                                detail=exc.fault.detail, attempts=attempts)
                     raise AgentFailure(f"agent request failed after {attempts} attempts: {exc.fault.detail}",
                                        faults) from None
+                log.debug("agent request failed, retrying", kind=exc.fault.kind, detail=exc.fault.detail,
+                          attempt=attempt)
                 if not isinstance(rng, random.Random):
                     rng = rng()
                 await asyncio.sleep(backoff_delay(attempt, self.settings, rng, exc.wait or None))

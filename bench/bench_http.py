@@ -139,7 +139,8 @@ async def agent_loop(url: str, concurrency: int, total: int) -> float:
     return total / (time.perf_counter() - start)
 
 
-def dialogsim_run(url: str, concurrency: int, episodes: int, durability: str) -> tuple[float, int]:
+def dialogsim_run(url: str, concurrency: int, episodes: int, durability: str, think: str = "0",
+                  latency: str = "0") -> tuple[float, int]:
     """Requests/s of a real run (start_run) and the number of agent requests it made."""
     from dialogsim.engine.log import read_events
     from dialogsim.engine.session import RunConfig, start_run
@@ -147,7 +148,7 @@ def dialogsim_run(url: str, concurrency: int, episodes: int, durability: str) ->
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "run"
         config = RunConfig(scenarios="builtin", user="scripted", agent=f"http:{url}", episodes=episodes,
-                           concurrency=concurrency, think="0", latency="0", durability=durability,
+                           concurrency=concurrency, think=think, latency=latency, durability=durability,
                            agent_options={"concurrency": concurrency})
         start = time.perf_counter()
         result = start_run(out, config, progress=False)
@@ -165,6 +166,8 @@ def main() -> None:
     parser.add_argument("--server", choices=["trivial", "serve-agent"], default="trivial")
     parser.add_argument("--durability", default="batch", choices=["none", "batch", "episode"])
     parser.add_argument("--repeat", type=int, default=2)
+    parser.add_argument("--with-think", action="store_true",
+                        help="also measure with the default virtual think time and latency models")
     args = parser.parse_args()
     if args.serve:
         serve(0)
@@ -191,6 +194,11 @@ def main() -> None:
             print(f"concurrency {c:3d}: dialogsim run {ours:7.0f} req/s | raw aiohttp {raw:7.0f} req/s | "
                   f"ratio {ours / raw:.2f} (target >= 0.8) | agent layer alone {layer:7.0f} req/s, "
                   f"ratio {layer / raw:.2f} | {n} requests each")
+        if args.with_think:
+            c = args.concurrency[0]
+            rate, n = dialogsim_run(url, c, max(1, episodes // 10), args.durability, "uniform:1,4", "uniform:0.2,0.8")
+            print(f"concurrency {c:3d}, think uniform:1,4 and latency uniform:0.2,0.8: dialogsim run {rate:7.0f} req/s "
+                  f"({n} requests): live calls made at different virtual times are not overlapped")
     finally:
         proc.terminate()
         proc.wait(timeout=10)

@@ -138,5 +138,6 @@ def test_the_api_key_never_reaches_the_run_directory_or_stderr(tmp_path):
     assert sum(1 for e in read_events(out) if type(e).__name__ == "Fault") > 0
     files = [p for p in out.rglob("*") if p.is_file()]
     assert files and all(secret.encode() not in p.read_bytes() for p in files)
+    assert "agent request failed, retrying" in done.stderr  # the faults did reach the operational log
     assert secret not in done.stderr + done.stdout
     assert "DS_TEST_KEY" in (RunDir.open(out).manifest["config"]["agent_options"]["api_key_env"])

@@ -129,3 +129,24 @@ def test_serve_agent_refuses_remote_agents():
     done = subprocess.run([sys.executable, "-m", "dialogsim.engine.cli", "serve-agent", "--agent",
                            "http:http://127.0.0.1:1", "--port", "0"], capture_output=True, text=True, timeout=60)
     assert done.returncode == 2 and "built-in" in done.stderr and "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize("max_sessions", [1024, 2])
+def test_the_schema_agent_served_over_http_matches_the_in_process_agent(max_sessions):
+    """SGD scenarios, agenda users: the schema agent behind serve-agent's app gives the in-process log,
+    also when a tiny session cache forces it to be rebuilt by replay."""
+    from dialogsim.engine import registry
+
+    if "schema" not in registry.known("agent") or "sgd" not in registry.known("scenarios"):
+        pytest.skip("the schema agent or the sgd scenario set is not available")
+    scenarios = registry.load_scenarios("sgd")
+    user = registry.user_factory(scenarios.default_user, scenarios, {})
+    schema = registry.agent_factory("schema", scenarios, {})
+    local = run_batch(schema, episodes=8, scenarios=scenarios, user=user, concurrency=8)
+    app = make_app(schema, "native", max_sessions=max_sessions)
+    with serve_in_thread(app) as url:
+        remote = run_batch(http_agent_factory(url, None, {}), episodes=8, scenarios=scenarios, user=user,
+                           concurrency=8)
+    assert (app[HOST].stats["replays"] > 0) == (max_sessions == 2)
+    assert sorted(strip_wall(list(remote))) == sorted(strip_wall(list(local)))
+    assert remote.of_type("tool_called") and any(t.state for t in remote.of_type("agent_turn"))
