@@ -21,6 +21,7 @@ relax entry changes it back). Chains and service sequences follow the pack's min
 
 from __future__ import annotations
 
+import bisect
 import random
 from typing import Any
 
@@ -32,44 +33,71 @@ from .world import _tables_of
 _ANY = ("dontcare", "")
 
 
-def _weighted_choice(rng: random.Random, items: dict[str, float]) -> str:
-    keys = sorted(items)
-    total = sum(items[k] for k in keys)
-    x = rng.random() * total
+def _memo(pack: Pack) -> dict[Any, Any]:
+    """Per-pack cache of everything a draw derives from the pack alone (weights, links, pools)."""
+    memo = pack.__dict__.get("_goal_memo")
+    if memo is None:
+        memo = pack.__dict__["_goal_memo"] = {}
+    return memo
+
+
+def _weights(items: dict[str, float]) -> tuple[list[str], list[float]] | None:
+    keys = sorted(k for k, n in items.items() if n > 0)
+    if not keys:
+        return None
+    cum, total = [], 0.0
     for k in keys:
-        x -= items[k]
-        if x < 0:
-            return k
-    return keys[-1]
+        total += items[k]
+        cum.append(total)
+    return keys, cum
 
 
-def _services_for(pack: Pack, rng: random.Random, pool: list[str], multi_share: float) -> list[str]:
-    stats = pack.stats
-    if rng.random() < multi_share and len(pool) > 1:
-        pairs = {k: float(n) for k, n in stats.get("pairs", {}).items() if all(s in pool for s in k.split("|"))}
-        if pairs:
-            return _weighted_choice(rng, pairs).split("|")
+def _pick(rng: random.Random, weighted: tuple[list[str], list[float]]) -> str:
+    keys, cum = weighted
+    return keys[min(bisect.bisect_right(cum, rng.random() * cum[-1]), len(keys) - 1)]
+
+
+def _service_weights(pack: Pack, pool: list[str]) -> tuple[Any, Any, dict[str, list[str]], Any]:
+    key = ("services", tuple(pool))
+    memo = _memo(pack)
+    if key not in memo:
+        stats = pack.stats
+        pairs = _weights({k: float(n) for k, n in stats.get("pairs", {}).items()
+                          if all(s in pool for s in k.split("|"))})
         by_domain: dict[str, list[str]] = {}
         for s in pool:
             by_domain.setdefault(s.rsplit("_", 1)[0], []).append(s)
-        dpairs = {}
+        dpairs: dict[str, float] = {}
         for k, n in stats.get("pairs", {}).items():
             doms = [s.rsplit("_", 1)[0] for s in k.split("|")]
             if all(d in by_domain for d in doms) and len(set(doms)) == len(doms):
                 dpairs["|".join(doms)] = dpairs.get("|".join(doms), 0.0) + n
+        single = _weights({s: float(stats.get("services", {}).get(s, {}).get("dialogues", 0)) or 50.0 for s in pool})
+        memo[key] = (pairs, _weights(dpairs), by_domain, single)
+    return memo[key]
+
+
+def _services_for(pack: Pack, rng: random.Random, pool: list[str], multi_share: float) -> list[str]:
+    pairs, dpairs, by_domain, single = _service_weights(pack, pool)
+    if rng.random() < multi_share and len(pool) > 1:
+        if pairs:
+            return _pick(rng, pairs).split("|")
         if dpairs:
-            return [rng.choice(by_domain[d]) for d in _weighted_choice(rng, dpairs).split("|")]
+            return [rng.choice(by_domain[d]) for d in _pick(rng, dpairs).split("|")]
         return rng.sample(sorted(pool), 2)
-    weights = {s: float(stats.get("services", {}).get(s, {}).get("dialogues", 0)) or 50.0 for s in pool}
-    return [_weighted_choice(rng, weights)]
+    return [_pick(rng, single)]
 
 
 def _chain(pack: Pack, svc: ServiceSchema, rng: random.Random) -> list[IntentSchema]:
-    chains = {k: float(n) for k, n in pack.stats.get("services", {}).get(svc.name, {}).get("chains", {}).items()
-              if k and all(i in svc.intents for i in k.split(">")) and len(k.split(">")) <= 2
-              and len(set(k.split(">"))) == len(k.split(">"))}
+    key = ("chain", svc.name)
+    memo = _memo(pack)
+    if key not in memo:
+        memo[key] = _weights({k: float(n) for k, n in pack.stats.get("services", {}).get(svc.name, {}).get(
+            "chains", {}).items() if k and all(i in svc.intents for i in k.split(">")) and len(k.split(">")) <= 2
+            and len(set(k.split(">"))) == len(k.split(">"))})
+    chains = memo[key]
     if chains:
-        return [svc.intents[i] for i in _weighted_choice(rng, chains).split(">")]
+        return [svc.intents[i] for i in _pick(rng, chains).split(">")]
     search, txn = svc.search_intents, svc.transactional_intents
     r = rng.random()
     if search and txn and r < 0.5:
@@ -83,7 +111,17 @@ def _chain(pack: Pack, svc: ServiceSchema, rng: random.Random) -> list[IntentSch
 
 def _link(pack: Pack, prev_svc: ServiceSchema, prev_intent: IntentSchema, svc: ServiceSchema,
           intent: IntentSchema) -> dict[str, str]:
-    """from_previous across subgoals: same-service chains share slot names; across services use mined transfers."""
+    """from_previous across subgoals (a fresh dict; computed once per pair of intents)."""
+    key = ("link", prev_svc.name, prev_intent.name, svc.name, intent.name)
+    memo = _memo(pack)
+    if key not in memo:
+        memo[key] = _compute_link(pack, prev_svc, prev_intent, svc, intent)
+    return dict(memo[key])
+
+
+def _compute_link(pack: Pack, prev_svc: ServiceSchema, prev_intent: IntentSchema, svc: ServiceSchema,
+                  intent: IntentSchema) -> dict[str, str]:
+    """Same-service chains share slot names; across services use mined transfers, else same names or cities."""
     inputs = list(intent.required_slots) + list(intent.optional_slots)
     results = set(prev_intent.result_slots) | set(prev_intent.required_slots) | set(prev_intent.optional_slots)
     if prev_svc.name == svc.name:
@@ -111,8 +149,17 @@ def _link(pack: Pack, prev_svc: ServiceSchema, prev_intent: IntentSchema, svc: S
 
 
 def _value(pack: Pack, service: str, slot: str, rng: random.Random, avoid: str | None = None) -> str | None:
-    pool = [v for v in pack.value_pool(service, slot) if v not in _ANY and v != avoid]
-    return rng.choice(pool) if pool else None
+    key = ("pool", service, slot)
+    memo = _memo(pack)
+    pool = memo.get(key)
+    if pool is None:
+        pool = memo[key] = [v for v in pack.value_pool(service, slot) if v not in _ANY]
+    if not pool or (avoid is not None and pool == [avoid]):
+        return None
+    while True:
+        v = pool[rng.randrange(len(pool))]
+        if v != avoid:
+            return v
 
 
 def _requested(pack: Pack, svc: ServiceSchema, intent: IntentSchema, rng: random.Random, taken: set[str]) -> list[str]:
@@ -190,13 +237,16 @@ def _txn_subgoal(pack: Pack, svc: ServiceSchema, intent: IntentSchema, rng: rand
                  link: dict[str, str]) -> dict[str, Any]:
     # a stand-alone booking names a real entity, so its identity columns come from one row
     entity: dict[str, str] = {}
-    if not link:
-        rows = pack.entities(svc.name)
+    memo = _memo(pack)
+    key = ("txn", svc.name, intent.name)
+    if key not in memo:
         inputs = set(intent.required_slots) | set(intent.optional_slots)
-        fitting = [r for r in rows if inputs & set(r)]
+        tables = [t for (s, _), t in _tables_of(pack).items() if s == svc.name]
+        memo[key] = ([r for r in pack.entities(svc.name) if inputs & set(r)],
+                     frozenset().union(*(t.echo for t in tables)) if tables else frozenset())
+    fitting, echo = memo[key]
+    if not link:
         entity = rng.choice(fitting) if fitting else {}
-    tables = [t for (s, _), t in _tables_of(pack).items() if s == svc.name]
-    echo = set().union(*(t.echo for t in tables)) if tables else set()
     constraints: dict[str, str] = {}
     optional: dict[str, str] = {}
     for slot in intent.required_slots:

@@ -34,20 +34,34 @@ def act_token(act: str, slot: str, values: Sequence[str]) -> tuple[str, bool]:
     """The signature token of one act and whether its values are placeholders (else bound into the token)."""
     if not slot:
         return act, False
-    if act.endswith("_INTENT") or (values and any(v in BOUND_VALUES for v in values)):
-        return f"{act}({slot}={'|'.join(values)})", False
     if not values:
         return f"{act}({slot})", False
+    if act.endswith("_INTENT") or not BOUND_VALUES.isdisjoint(values):
+        return f"{act}({slot}={'|'.join(values)})", False
     if len(values) == 1 and act != "REQUEST":
         return f"{act}({slot})", True
     return f"{act}({slot}*{len(values)})", True
 
 
+_TOKENS: dict[tuple, str] = {}  # (act, slot, *values) -> token: the hot path computes each token once
+
+
+def _token(a: Any) -> str:
+    key = (a.act, a.slot, *a.values)
+    tok = _TOKENS.get(key)
+    if tok is None:
+        if len(_TOKENS) > 500_000:
+            _TOKENS.clear()
+        tok = _TOKENS[key] = act_token(a.act, a.slot, a.values)[0]
+    return tok
+
+
 def signature(acts: Sequence[Any]) -> tuple[str, list[int]]:
     """The signature string of a frame's acts and the act indices in signature (sorted token) order."""
-    toks = [(act_token(a.act, a.slot, a.values)[0], i) for i, a in enumerate(acts)]
-    toks.sort()
-    return "+".join(t for t, _ in toks), [i for _, i in toks]
+    if len(acts) == 1:
+        return _token(acts[0]), [0]
+    toks = sorted([(_token(a), i) for i, a in enumerate(acts)])
+    return "+".join([t for t, _ in toks]), [i for _, i in toks]
 
 
 def _phrase(svc: ServiceSchema | None, slot: str) -> str:

@@ -21,30 +21,35 @@ _ANY = ("dontcare", "")
 class _Table:
     """One intent's rows with an index from (slot, lower-cased value) to row numbers."""
 
-    __slots__ = ("rows", "index", "columns", "echo")
+    __slots__ = ("rows", "index", "columns", "echo", "echo_results")
 
-    def __init__(self, rows: list[dict[str, str]], echo: list[str]):
+    def __init__(self, rows: list[dict[str, str]], echo: list[str], result_slots: tuple[str, ...] = ()):
         self.rows = rows
         self.echo = frozenset(echo)
+        self.echo_results = tuple(s for s in echo if s in result_slots)  # echoed back into result rows
         self.columns = frozenset(k for r in rows for k in r)
-        self.index: dict[str, dict[str, list[int]]] = {}
+        index: dict[str, dict[str, list[int]]] = {}
         for n, row in enumerate(rows):
             for k, v in row.items():
-                self.index.setdefault(k, {}).setdefault(v.lower(), []).append(n)
+                index.setdefault(k, {}).setdefault(v.lower(), []).append(n)
+        self.index: dict[str, dict[str, frozenset[int]]] = {
+            k: {v: frozenset(ns) for v, ns in by.items()} for k, by in index.items()}
 
     def match(self, filters: dict[str, str]) -> list[int]:
         """Row numbers matching every filter on a column of the table (others are ignored)."""
-        best: set[int] | None = None
+        best: frozenset[int] | None = None
         for k, v in filters.items():
             if v in _ANY or k in self.echo or k not in self.columns:
                 continue
             hit = self.index[k].get(v.lower())
             if not hit:
                 return []
-            best = set(hit) if best is None else best.intersection(hit)
+            best = hit if best is None else best & hit
             if not best:
                 return []
-        return sorted(best) if best is not None else list(range(len(self.rows)))
+        if best is None:
+            return list(range(len(self.rows)))
+        return sorted(best) if len(best) > 1 else list(best)
 
 
 class SgdWorld:
@@ -56,57 +61,62 @@ class SgdWorld:
         self.failure_rate = failure_rate
         self.max_results = max_results
         self._tables = _tables_of(pack)
+        self._specs = _specs_of(pack)
+        self._by_service = pack.__dict__.get("_world_by_service")
+        if self._by_service is None:
+            self._by_service = pack.__dict__["_world_by_service"] = {}
+            for (svc, _), table in sorted(self._tables.items()):
+                self._by_service.setdefault(svc, []).append(table)
 
     def call(self, service: str, method: str, parameters: dict[str, Any]) -> tuple[list[dict[str, Any]] | None, str | None]:
         """Run one call: (rows, None), ([], None) when nothing matches or a booking fails, (None, error)."""
-        svc = self.pack._svc.get(service)
-        if svc is None:
-            return None, f"unknown service {service!r}"
-        intent = svc.intents.get(method)
-        if intent is None:
-            return None, f"service {service!r} has no intent {method!r}"
+        spec = self._specs.get((service, method))
+        if spec is None:
+            return None, self._unknown(service, method)
         if not isinstance(parameters, dict):
             return None, "parameters must be an object"
-        for slot in intent.required_slots:
-            if slot not in parameters or parameters[slot] in (None, ""):
+        required, allowed, categorical, defaults, transactional, result_slots = spec
+        for slot in required:
+            if not parameters.get(slot):
                 return None, f"{service}.{method}: missing required slot {slot!r}"
-        allowed = set(intent.required_slots) | set(intent.optional_slots)
         for slot, value in parameters.items():
             if slot not in allowed:
                 return None, f"{service}.{method}: {slot!r} is not a parameter of this intent"
-            if not isinstance(value, str):
+            if value.__class__ is not str:
                 return None, f"{service}.{method}: value of {slot!r} must be a string"
-            if svc.is_categorical(slot) and value != "dontcare" and value not in svc.slots[slot].possible_values:
+            values = categorical.get(slot)
+            if values is not None and value not in values:
                 return None, f"{service}.{method}: {value!r} is not a possible value of {slot!r}"
-        params = dict(intent.optional_slots)
+        params = dict(defaults)
         params.update(parameters)
-        if not intent.is_transactional:
-            return self._search(service, method, params, intent.result_slots), None
-        return self._transact(service, params, intent.result_slots), None
+        if not transactional:
+            return self._search(service, method, params), None
+        return self._transact(service, params, result_slots), None
 
-    def _search(self, service: str, method: str, params: dict[str, str], result_slots: tuple[str, ...]) -> list[dict[str, Any]]:
+    def _unknown(self, service: str, method: str) -> str:
+        if service not in self.pack._svc:
+            return f"unknown service {service!r}"
+        return f"service {service!r} has no intent {method!r}"
+
+    def _search(self, service: str, method: str, params: dict[str, str]) -> list[dict[str, Any]]:
         table = self._tables.get((service, method))
         if table is None:
             return []
         hits = table.match(params)
         if len(hits) > 1:
-            self.rng.shuffle(hits)
-        out = []
-        for n in hits[: self.max_results]:
-            row = dict(table.rows[n])
-            for slot in table.echo:
-                v = params.get(slot)
-                if v not in (None, "", "dontcare") and slot in result_slots:
-                    row[slot] = v
-            out.append(row)
-        return out
+            # a random rotation: results vary per call at the cost of one draw, not a shuffle
+            start = self.rng.randrange(len(hits))
+            hits = (hits[start:] + hits[:start])[: self.max_results]
+        echoed = {slot: v for slot in table.echo_results if (v := params.get(slot)) and v != "dontcare"}
+        rows = table.rows
+        if echoed:
+            return [{**rows[n], **echoed} for n in hits]
+        return [dict(rows[n]) for n in hits]
 
     def _transact(self, service: str, params: dict[str, str], result_slots: tuple[str, ...]) -> list[dict[str, Any]]:
         match: dict[str, str] | None = None
         shared_any = False
-        for (svc, _), table in self._tables.items():
-            if svc != service:
-                continue
+        for table in self._by_service.get(service, ()):
             keys = {k: v for k, v in params.items() if k in table.columns and k not in table.echo and v not in _ANY}
             if not keys:
                 continue
@@ -134,7 +144,25 @@ def _tables_of(pack: Pack) -> dict[tuple[str, str], _Table]:
     """The indexed tables of a pack, built once per pack object and shared (read-only) by its worlds."""
     got = pack.__dict__.get("_world_tables")
     if got is None:
-        got = {(svc, intent): _Table(rows, pack.echo.get(svc, {}).get(intent, []))
+        got = {(svc, intent): _Table(rows, pack.echo.get(svc, {}).get(intent, []),
+                                     pack.service(svc).intents[intent].result_slots)
                for svc, intents in pack._tables.items() for intent, rows in intents.items()}
         pack.__dict__["_world_tables"] = got
+    return got
+
+
+def _specs_of(pack: Pack) -> dict[tuple[str, str], tuple]:
+    """Per (service, intent): required slots, allowed slots, categorical value sets, defaults, kind, results."""
+    got = pack.__dict__.get("_world_specs")
+    if got is None:
+        got = {}
+        for name in pack.services:
+            svc = pack.service(name)
+            for intent in svc.intents.values():
+                allowed = frozenset(intent.required_slots) | frozenset(intent.optional_slots)
+                categorical = {s: frozenset(svc.slots[s].possible_values) | {"dontcare"}
+                               for s in allowed if svc.is_categorical(s)}
+                got[(name, intent.name)] = (intent.required_slots, allowed, categorical, dict(intent.optional_slots),
+                                            intent.is_transactional, intent.result_slots)
+        pack.__dict__["_world_specs"] = got
     return got
