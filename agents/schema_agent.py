@@ -113,9 +113,10 @@ class SchemaAgent:
     deterministic = True
 
     def __init__(self, pack: Any = None, *, services: dict[str, _Service] | None = None,
-                 max_request: int = 2) -> None:
+                 max_request: int = 2, count_rate: float = 0.55) -> None:
         self.pack = pack
         self.max_request = max_request
+        self.count_rate = count_rate
         self._services = services if services is not None else {}
         self._nlu: ValueMatcher | None = None
 
@@ -326,7 +327,7 @@ class SchemaAgent:
             t.offered = None
             return self._say(name, out + [("NOTIFY_FAILURE", "", None), ("REQ_MORE", "", None)], end=False)
         acts = self._offer(name, t, rows[0])
-        if len(rows) > 1 and self.rng.random() < 0.55:  # SGD systems give the count on about half the offers
+        if len(rows) > 1 and self.rng.random() < self.count_rate:  # SGD gives the count on about half the offers
             acts.append(("INFORM_COUNT", "count", str(len(rows))))
         entity = rows[0]
         acts = [a for a in out if a[0] == "INFORM"] + acts
@@ -381,21 +382,24 @@ class SchemaAgent:
 
 
 def make_factory(arg: str | None, scenarios: Any, options: dict[str, Any]) -> Any:
-    """Registry factory for ``--agent schema``: option max_request (slots asked at once, default 2)."""
+    """Registry factory for ``--agent schema``: options max_request (slots asked at once, default 2) and
+    count_rate (share of first offers that say how many results there are, default 0.55)."""
     from ..engine.errors import UserError
 
-    unknown = set(options) - {"max_request"}
-    if unknown:
-        raise UserError(f"schema agent: unknown option(s) {', '.join(sorted(unknown))} (known: max_request)")
-    try:
-        max_request = int(options.get("max_request", 2))
-    except (TypeError, ValueError):
-        raise UserError(f"schema agent: max_request={options['max_request']!r} is not an integer") from None
+    known = {"max_request": int, "count_rate": float}
+    kwargs: dict[str, Any] = {}
+    for key, value in options.items():
+        if key not in known:
+            raise UserError(f"schema agent: unknown option {key!r} (known: {', '.join(sorted(known))})")
+        try:
+            kwargs[key] = known[key](value)
+        except (TypeError, ValueError):
+            raise UserError(f"schema agent: option {key}={value!r} is not a valid {known[key].__name__}") from None
     pack = getattr(scenarios, "pack", None)
     services: dict[str, _Service] = {}  # shared by the episodes of a run: schemas do not change
 
     def make() -> SchemaAgent:
-        return SchemaAgent(pack, services=services, max_request=max_request)
+        return SchemaAgent(pack, services=services, **kwargs)
 
     return make
 

@@ -10,6 +10,7 @@ import pytest
 from dialogsim.agents.base import Observation
 from dialogsim.agents.nlu import ValueMatcher
 from dialogsim.agents.schema_agent import SchemaAgent
+from dialogsim.engine.errors import UserError
 from dialogsim.engine.events import Act, Frame, UserTurn
 from dialogsim.engine.registry import agent_factory, user_factory
 from dialogsim.engine.testing import simulate
@@ -33,7 +34,7 @@ def pack():
 @pytest.fixture
 def agent(pack):
     """A started agent for a Restaurants_2 episode."""
-    a = SchemaAgent(pack)
+    a = SchemaAgent(pack, count_rate=1.0)
     scenario = Scenario(id="t", kind="sgd", data={"schemas": {SVC: pack.schemas[SVC]}})
     a.start(EpisodeContext(episode_id="e", scenario=scenario, tools=[], rng=random.Random(1), seed=1))
     return a
@@ -183,3 +184,15 @@ def test_text_only_users_are_understood_well_enough_to_finish_dialogues(pack):
     assert outcomes["error"] == 0
     assert outcomes["success"] >= 0.3 * 200, outcomes
     assert all(not f for e in log.of_type("user_turn") for f in [e.frames])
+
+
+def test_factory_options(pack):
+    """--agent-opt values arrive as strings: converted; unknown keys are a clear error."""
+    class Set:
+        pass
+    scenarios = Set()
+    scenarios.pack = pack
+    agent = agent_factory("schema", scenarios, {"max_request": "1", "count_rate": "0"})()
+    assert agent.max_request == 1 and agent.count_rate == 0.0
+    with pytest.raises(UserError, match="unknown option 'chatty'"):
+        agent_factory("schema", scenarios, {"chatty": "1"})
