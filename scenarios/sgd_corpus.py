@@ -8,7 +8,6 @@ objects, one file at a time, so an import never holds more than one file.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Literal
 
@@ -370,8 +369,3 @@ def encode_dialogues(dialogues: list[Any]) -> bytes:
     """A dialogues_NNN.json body exactly as the real files are laid out (two-space indent, final newline)."""
     return msgspec.json.format(_encoder.encode(dialogues), indent=2) + b"\n"
 
-
-def iter_split(directory: Path) -> Iterator[tuple[Path, list[SgdDialogue]]]:
-    """Each dialogue file of a split directory with its dialogues, one file at a time."""
-    for path in dialogue_files(directory):
-        yield path, read_dialogue_file(path)

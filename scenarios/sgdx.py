@@ -13,10 +13,11 @@ import os
 from pathlib import Path
 from typing import Any
 
+from msgspec import UNSET
+
 from ..engine.errors import UserError
 from .sgd.schema import load_schemas
 from .sgd_corpus import SgdAct, SgdCall, SgdDialogue, SgdFrame, SgdSpan, SgdState, SgdTurn
-from msgspec import UNSET
 
 VARIANTS = ("v1", "v2", "v3", "v4", "v5")
 SPLITS = ("train", "dev", "test")
