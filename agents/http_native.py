@@ -84,7 +84,7 @@ class NativeRequest(msgspec.Struct, kw_only=True):
     protocol: Literal["dialogsim/1"] = "dialogsim/1"
     episode_id: str
     turn_index: int  # the `turn` number the agent's answer will have (the user turn's + 1)
-    step: int = 0  # rounds of tool calls already made for this turn
+    step: int = 0  # tool calls already made for this turn: 0 on its first request
     tools: list[ToolSpec] = []
     messages: list[Message] = []  # the conversation so far, up to and including `user` and this turn's tools
     user: UserMessage
@@ -210,6 +210,17 @@ def history_messages(history: list[Event], user: UserTurn, tool_results: list[To
     return messages
 
 
+def calls_this_turn(messages: list[Message]) -> int:
+    """Tool calls after the last user message: the request's ``step``, derived from the log alone so
+    that it is the same after a resume."""
+    n = 0
+    for m in reversed(messages):
+        if isinstance(m, UserMessage):
+            break
+        n += isinstance(m, ToolCallMessage)
+    return n
+
+
 class TurnMeter:
     """Token usage and cost summed over the model calls of one turn, reported on the spoken reply.
 
@@ -281,7 +292,6 @@ class NativeHttpAgent:
         self._f = factory
         self._meter = TurnMeter(*factory.prices)
         self._last_calls: list[ToolCall] = []
-        self._step = 0
         self._turn = -1
         self._elapsed = 0.0
 
@@ -297,14 +307,12 @@ class NativeHttpAgent:
         """The body of the request for ``obs`` (the next step of the current turn)."""
         turn_index = obs.user.turn + 1
         if turn_index != self._turn:
-            self._turn, self._step, self._elapsed = turn_index, 0, 0.0
-        elif not obs.tool_results:
-            self._step = 0
+            self._turn, self._elapsed = turn_index, 0.0
+        messages = history_messages(obs.history, obs.user, obs.tool_results, self._last_calls)
         return _request_encoder.encode(_WireRequest(
-            protocol=PROTOCOL, episode_id=self.ctx.episode_id, turn_index=turn_index, step=self._step,
-            tools=self._tools, messages=history_messages(obs.history, obs.user, obs.tool_results, self._last_calls),
-            user=user_message(obs.user), tool_results=obs.tool_results, scenario=self._scenario,
-            seed=self.ctx.seed))
+            protocol=PROTOCOL, episode_id=self.ctx.episode_id, turn_index=turn_index,
+            step=calls_this_turn(messages), tools=self._tools, messages=messages, user=user_message(obs.user),
+            tool_results=obs.tool_results, scenario=self._scenario, seed=self.ctx.seed))
 
     async def respond(self, obs: Observation) -> AgentReply:
         """POST the conversation so far and turn the answer into a reply (retrying per the settings)."""
@@ -319,7 +327,6 @@ class NativeHttpAgent:
         if response.tool_calls:
             self._last_calls = [ToolCall(service=c.service, method=c.method, parameters=c.parameters,
                                          call_id=c.call_id) for c in response.tool_calls]
-            self._step += 1
             return AgentReply(tool_calls=self._last_calls, faults=faults)
         self._last_calls = []
         frames = response.frames
