@@ -31,6 +31,10 @@ def register(sub: Any) -> None:
     p.add_argument("--train-schema", metavar="PATH", help="train-split schema.json whose services count as seen "
                         "(default: the 26 services of the SGD train split)")
     p.add_argument("--out", help="write the metrics JSON here (official layout)")
+    p.add_argument("--no-fuzzy-match", action="store_true",
+                   help="exact match for non-categorical values (the official MultiWOZ-style option)")
+    p.add_argument("--joint-acc-across-turn", action="store_true",
+                   help="joint accuracies over all frames of a turn (the official MultiWOZ-style option)")
     p.set_defaults(handler=handle)
 
 
@@ -59,9 +63,10 @@ def read_split(files: list[Path]) -> dict[str, dict[str, Any]]:
 
 
 def evaluate(ref: dict[str, dict[str, Any]], hyp: dict[str, dict[str, Any]], schemas: dict[str, Any],
-             seen: set[str] | None) -> tuple[dict[str, dict[str, float]], int]:
+             seen: set[str] | None, *, fuzzy: bool = True, joint_across_turn: bool = False
+             ) -> tuple[dict[str, dict[str, float]], int]:
     """Aggregated metrics of ``hyp`` against ``ref`` as the official evaluation computes them, and the frame count."""
-    agg = Aggregator(seen)
+    agg = Aggregator(seen, joint_across_turn)
     for dialogue_id, d_hyp in hyp.items():
         d_ref = ref.get(dialogue_id)
         if d_ref is None:
@@ -77,6 +82,7 @@ def evaluate(ref: dict[str, dict[str, Any]], hyp: dict[str, dict[str, Any]], sch
             if t_ref.get("utterance") != t_hyp.get("utterance"):
                 raise UserError(f"{where}: utterances differ")
             hyp_frames = {f["service"]: f for f in t_hyp.get("frames", [])}
+            scored = []
             for f_ref in t_ref.get("frames", []):
                 service = f_ref["service"]
                 f_hyp = hyp_frames.get(service)
@@ -88,8 +94,9 @@ def evaluate(ref: dict[str, dict[str, Any]], hyp: dict[str, dict[str, Any]], sch
                     raise UserError(f"{where}: frame for {service} has no 'state'")
                 metrics = frame_metrics(f_ref["state"], f_hyp["state"], schemas[service],
                                         utterance=t_ref["utterance"], ref_spans=f_ref.get("slots", []),
-                                        hyp_spans=f_hyp.get("slots"))
-                agg.add(service, metrics)
+                                        hyp_spans=f_hyp.get("slots"), fuzzy=fuzzy)
+                scored.append((service, metrics))
+            agg.add_turn(scored)
     return agg.result(), agg.frames
 
 
@@ -108,7 +115,8 @@ def handle(args: argparse.Namespace) -> int:
     if not ref:
         raise UserError(f"{ref_dir}: no dialogues_*.json files")
     hyp = read_split(sorted(p for p in pred_dir.glob("*.json") if p.name not in _SKIP))
-    result, frames = evaluate(ref, hyp, schemas, seen_services(args.train_schema))
+    result, frames = evaluate(ref, hyp, schemas, seen_services(args.train_schema), fuzzy=not args.no_fuzzy_match,
+                              joint_across_turn=args.joint_acc_across_turn)
     if args.out:
         Path(args.out).write_bytes(metrics_json(result))
     sys.stdout.write(metrics_table(result, frames))

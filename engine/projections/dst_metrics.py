@@ -101,8 +101,11 @@ def schema_slots(service: dict[str, Any] | None, ref_values: dict[str, Any], hyp
 
 
 def goal_accuracies(ref_values: dict[str, list[str]], hyp_values: dict[str, list[str]],
-                    slots: list[tuple[str, bool]]) -> dict[str, float | str]:
-    """Average and joint goal accuracy (all, categorical, non-categorical) of one frame."""
+                    slots: list[tuple[str, bool]], fuzzy: bool = True) -> dict[str, float | str]:
+    """Average and joint goal accuracy (all, categorical, non-categorical) of one frame.
+
+    ``fuzzy=False`` scores non-categorical values by exact match (the official MultiWOZ-style option).
+    """
     cor: list[float] = []
     active: list[bool] = []
     for name, categorical in slots:
@@ -113,7 +116,8 @@ def goal_accuracies(ref_values: dict[str, list[str]], hyp_values: dict[str, list
                 if categorical:
                     cor.append(float(bool(refs) and refs[0] == hyp))
                 else:
-                    cor.append(max([fuzzy_string_match(r, hyp) for r in refs], default=0.0))
+                    cor.append(max([fuzzy_string_match(r, hyp) if fuzzy else float(r == hyp) for r in refs],
+                                   default=0.0))
             else:
                 cor.append(0.0)
         else:
@@ -132,7 +136,7 @@ def goal_accuracies(ref_values: dict[str, list[str]], hyp_values: dict[str, list
 
 def frame_metrics(ref_state: dict[str, Any], hyp_state: dict[str, Any], service: dict[str, Any] | None, *,
                   utterance: str = "", ref_spans: list[dict[str, Any]] | None = None,
-                  hyp_spans: list[dict[str, Any]] | None = None) -> dict[str, float | str]:
+                  hyp_spans: list[dict[str, Any]] | None = None, fuzzy: bool = True) -> dict[str, float | str]:
     """Every official metric of one user frame; slot tagging only when ``hyp_spans`` is given."""
     ref_values, hyp_values = ref_state.get("slot_values", {}), hyp_state.get("slot_values", {})
     slots = schema_slots(service, ref_values, hyp_values)
@@ -147,7 +151,7 @@ def frame_metrics(ref_state: dict[str, Any], hyp_state: dict[str, Any], service:
         hyp_tags = [(s["slot"], utterance[s["start"]:s["exclusive_end"]]) for s in hyp_spans if s["slot"] in noncat]
         f1, p, r = compute_f1(ref_tags, hyp_tags)
         out.update({SLOT_TAGGING_F1: f1, SLOT_TAGGING_PRECISION: p, SLOT_TAGGING_RECALL: r})
-    out.update(goal_accuracies(ref_values, hyp_values, slots))
+    out.update(goal_accuracies(ref_values, hyp_values, slots, fuzzy))
     return out
 
 
@@ -159,25 +163,51 @@ def domain_of(service: str) -> str:
     return service.split("_")[0]
 
 
-class Aggregator:
-    """Macro means per group over frames, skipping "NA" values."""
+JOINT_METRICS = (JOINT_GOAL_ACCURACY, JOINT_CAT_ACCURACY, JOINT_NONCAT_ACCURACY)
 
-    def __init__(self, seen: set[str] | None) -> None:
+
+class Aggregator:
+    """Macro means per group over frames, skipping "NA" values.
+
+    With ``joint_across_turn`` (the official MultiWOZ-style option) the joint accuracies of a turn's
+    frames are multiplied per group and counted once per turn instead of once per frame.
+    """
+
+    def __init__(self, seen: set[str] | None, joint_across_turn: bool = False) -> None:
         self.seen = seen or set()
+        self.joint_across_turn = joint_across_turn
         self.sums: dict[str, dict[str, list[float]]] = {}
         self.frames = 0
 
+    def _groups(self, service: str) -> tuple[str, ...]:
+        return (ALL_SERVICES, service, domain_of(service), SEEN_SERVICES if service in self.seen else UNSEEN_SERVICES)
+
+    def _count(self, group: str, key: str, value: float) -> None:
+        slot = self.sums.setdefault(group, {}).setdefault(key, [0.0, 0])
+        slot[0] += value
+        slot[1] += 1
+
     def add(self, service: str, metrics: dict[str, float | str]) -> None:
         """Count one frame's metrics in its groups."""
-        self.frames += 1
-        groups = (ALL_SERVICES, service, domain_of(service), SEEN_SERVICES if service in self.seen else UNSEEN_SERVICES)
-        for group in groups:
-            acc = self.sums.setdefault(group, {})
-            for key, value in metrics.items():
-                if value != NAN_VAL:
-                    slot = acc.setdefault(key, [0.0, 0])
-                    slot[0] += value  # type: ignore[operator]
-                    slot[1] += 1
+        self.add_turn([(service, metrics)])
+
+    def add_turn(self, frames: list[tuple[str, dict[str, float | str]]]) -> None:
+        """Count the metrics of all frames of one user turn."""
+        products: dict[str, dict[str, float]] = {}
+        for service, metrics in frames:
+            self.frames += 1
+            for group in self._groups(service):
+                for key, value in metrics.items():
+                    if value == NAN_VAL:
+                        continue
+                    if self.joint_across_turn and key in JOINT_METRICS:
+                        per_group = products.setdefault(group, {})
+                        per_group[key] = per_group.get(key, 1.0) * value  # type: ignore[operator]
+                    else:
+                        self._count(group, key, value)  # type: ignore[arg-type]
+        for group, values in products.items():
+            for key, value in values.items():
+                self._count(group, key, value)
 
     def result(self) -> dict[str, dict[str, float]]:
         """{group: {metric: macro mean}} as the official evaluation writes it."""

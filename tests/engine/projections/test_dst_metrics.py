@@ -236,3 +236,21 @@ def test_default_seen_services_are_the_real_train_split(shared_sgd):
 
     train = shared_sgd / "schemas" / "train" / "schema.json"
     assert seen_services(str(train)) == set(SGD_TRAIN_SERVICES) == seen_services(None)
+
+
+def test_multiwoz_style_options():
+    """Exact non-categorical matching, and joint accuracy multiplied over a turn's frames per group."""
+    ref = {"active_intent": "X", "requested_slots": [], "slot_values": {"city": ["abc"]}}
+    hyp = {"active_intent": "X", "requested_slots": [], "slot_values": {"city": ["abd"]}}
+    assert frame_metrics(ref, hyp, SERVICE, fuzzy=False)["joint_goal_accuracy"] == 0.0
+    assert frame_metrics(ref, hyp, SERVICE, fuzzy=True)["joint_goal_accuracy"] == 0.67
+    turn = [("Restaurants_9", {"joint_goal_accuracy": 1.0, "active_intent_accuracy": 1.0}),
+            ("Hotels_2", {"joint_goal_accuracy": 0.0, "active_intent_accuracy": 1.0})]
+    per_frame, across = Aggregator(None), Aggregator(None, joint_across_turn=True)
+    for agg in (per_frame, across):
+        agg.add_turn(turn)
+        agg.add_turn([("Restaurants_9", {"joint_goal_accuracy": 1.0, "active_intent_accuracy": 0.0})])
+    assert per_frame.result()["#ALL_SERVICES"]["joint_goal_accuracy"] == pytest.approx(2 / 3)
+    assert across.result()["#ALL_SERVICES"]["joint_goal_accuracy"] == 0.5  # turns: 1 * 0, then 1
+    assert across.result()["Restaurants_9"]["joint_goal_accuracy"] == 1.0
+    assert across.result()["#ALL_SERVICES"]["active_intent_accuracy"] == pytest.approx(2 / 3)  # per frame still
