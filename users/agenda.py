@@ -620,16 +620,18 @@ class AgendaUser:
         frames: list[Frame] = []
         texts: list[str] = []
         offset = 0
-        order: list[str] = []
-        grouped: dict[str, list] = {}
-        for item in noisy:
-            if item[0] not in grouped:
-                order.append(item[0])
-                grouped[item[0]] = []
-            grouped[item[0]].append(item)
-        true_by_service: dict[str, list] = {}
-        for item in out:
-            true_by_service.setdefault(item[0], []).append(item)
+        first = noisy[0][0] if noisy else ""
+        if all(item[0] == first for item in noisy) and all(item[0] == first for item in out):
+            order, grouped, true_by_service = [first] if noisy else [], {first: noisy}, {first: out}
+        else:  # a turn over two services (thanks for one, a new intent for the other)
+            order, grouped, true_by_service = [], {}, {}
+            for item in noisy:
+                if item[0] not in grouped:
+                    order.append(item[0])
+                    grouped[item[0]] = []
+                grouped[item[0]].append(item)
+            for item in out:
+                true_by_service.setdefault(item[0], []).append(item)
         for service in order:
             acts: list[Act] = []
             requested: list[str] = []
