@@ -288,3 +288,25 @@ def test_import_into_a_non_empty_directory_leaves_it_alone(tmp_path):
     with pytest.raises(UserError, match="not an empty directory"):
         import_sgd(FIXTURES, run)
     assert sorted(p.name for p in run.rglob("*")) == before
+
+
+def test_simulated_sgd_run_projects_to_valid_sgd_and_round_trips(tmp_path):
+    """A default simulated run (SGD pack, agenda user, schema agent): valid SGD out, import gives it back."""
+    from dialogsim.scenarios.sgd.schema import load_schemas
+    from dialogsim.scenarios.sgd_corpus import dialogue_files, read_dialogue_file, validate_dialogue
+
+    run, out = tmp_path / "run", tmp_path / "sgd"
+    assert main(["run", "--out", str(run), "--episodes", "40", "--no-progress"]) == 0
+    assert main(["project", str(run), "--to", "sgd", "--out", str(out), "--no-progress"]) == 0
+    schemas = {s["service_name"]: s for s in load_schemas(out / "schema.json")}
+    dialogues = [d for path in dialogue_files(out) for d in read_dialogue_file(path)]
+    assert len(dialogues) == 40
+    assert all(validate_dialogue(d, schemas) is None for d in dialogues)
+    assert any(f.service_call for d in dialogues for t in d.turns for f in t.frames)
+    again = tmp_path / "again"
+    import_sgd(out, tmp_path / "imported")
+    run_projection(tmp_path / "imported", get_projection("sgd"), again)
+    assert (again / "dialogues_001.json").read_bytes() == (out / "dialogues_001.json").read_bytes()
+    assert main(["project", str(run), "--to", "dst_metrics", "--no-progress"]) == 0
+    result = json.loads((run / "projections" / "dst_metrics@v1" / "dst_metrics.json").read_text())
+    assert 0.5 < result["#ALL_SERVICES"]["joint_goal_accuracy"] <= 1.0
