@@ -125,7 +125,9 @@ def _compute_link(pack: Pack, prev_svc: ServiceSchema, prev_intent: IntentSchema
     inputs = list(intent.required_slots) + list(intent.optional_slots)
     results = set(prev_intent.result_slots) | set(prev_intent.required_slots) | set(prev_intent.optional_slots)
     if prev_svc.name == svc.name:
-        return {s: s for s in inputs if s in results}
+        # a booking takes everything over; a second search (one-way, then round trip) only what it needs
+        keep = inputs if intent.is_transactional else intent.required_slots
+        return {s: s for s in keep if s in results}
     link: dict[str, str] = {}
     best: dict[str, int] = {}
     da, db = prev_svc.domain, svc.domain
@@ -179,11 +181,26 @@ def _requested(pack: Pack, svc: ServiceSchema, intent: IntentSchema, rng: random
 
 
 def _search_subgoal(pack: Pack, svc: ServiceSchema, intent: IntentSchema, rng: random.Random,
-                    link: dict[str, str], infeasible_share: float) -> dict[str, Any]:
+                    link: dict[str, str], infeasible_share: float, known: dict[str, str]) -> dict[str, Any]:
     table = _tables_of(pack).get((svc.name, intent.name))
     rows = pack.entities(svc.name, intent.name)
-    entity = rng.choice(rows) if rows else {}
     echo = table.echo if table is not None else frozenset()
+    entity = rng.choice(rows) if rows else {}
+    if table is not None and link:
+        # keep the carried-over values (the previous city...) that some entity has, and pick such an entity;
+        # a value no entity here has is not carried over: the user states one of this table instead
+        carried: dict[str, str] = {}
+        for slot in sorted(link):
+            value = known.get(link[slot])
+            if slot in echo or slot not in table.columns or value is None:
+                continue
+            if table.match({**carried, slot: value}):
+                carried[slot] = value
+            else:
+                link = {k: v for k, v in link.items() if k != slot}
+        if carried:
+            hits = table.match(carried)
+            entity = rows[hits[rng.randrange(len(hits))]]
     constraints: dict[str, str] = {}
     optional: dict[str, str] = {}
     for slot in intent.required_slots:
@@ -245,8 +262,8 @@ def _txn_subgoal(pack: Pack, svc: ServiceSchema, intent: IntentSchema, rng: rand
         memo[key] = ([r for r in pack.entities(svc.name) if inputs & set(r)],
                      frozenset().union(*(t.echo for t in tables)) if tables else frozenset())
     fitting, echo = memo[key]
-    if not link:
-        entity = rng.choice(fitting) if fitting else {}
+    if fitting and not any(s.endswith("name") or s.endswith("title") for s in link):
+        entity = rng.choice(fitting)  # the entity to book, unless the previous subgoal names it
     constraints: dict[str, str] = {}
     optional: dict[str, str] = {}
     for slot in intent.required_slots:
@@ -296,6 +313,7 @@ def sample_goal(pack: Pack, rng: random.Random, services: list[str] | None = Non
         order = _services_for(pack, rng, pool, share)
     subgoals: list[dict[str, Any]] = []
     prev: tuple[ServiceSchema, IntentSchema] | None = None
+    known: dict[str, str] = {}  # the previous subgoal's likely result values, for carried-over slots
     for name in order:
         svc = pack.service(name)
         for intent in _chain(pack, svc, rng):
@@ -303,6 +321,9 @@ def sample_goal(pack: Pack, rng: random.Random, services: list[str] | None = Non
             if intent.is_transactional:
                 subgoals.append(_txn_subgoal(pack, svc, intent, rng, link))
             else:
-                subgoals.append(_search_subgoal(pack, svc, intent, rng, link, infeasible_share))
+                subgoals.append(_search_subgoal(pack, svc, intent, rng, link, infeasible_share, known))
             prev = (svc, intent)
+            last = subgoals[-1]
+            known = {**(last["entity"] or {}), **last["constraints"],
+                     **{s: known[ps] for s, ps in last["from_previous"].items() if ps in known}}
     return {"services": order, "subgoals": subgoals}

@@ -3,8 +3,9 @@
 Search semantics follow SGD: every required slot must be given; optional slots not given take the schema
 default ("dontcare" or "" = any value); a value "dontcare" matches anything; values are canonical and
 compared case-insensitively. Slots a search only echoes (party sizes, dates; mined per intent) never
-filter: the result rows carry the requested value. A transaction is impossible when its parameters name
-an entity that no row of the service's tables matches on the columns they share; a possible one still
+filter: the result rows carry the requested value. A transaction is impossible when it names an entity
+(a ``*_name``/``*_title`` parameter) that no row of the service's tables matches on the columns they
+share (the restaurant does not exist in that city); a possible one still
 fails with probability ``failure_rate``, drawn from the world's own random stream.
 """
 
@@ -16,6 +17,11 @@ from typing import Any
 from .pack import Pack
 
 _ANY = ("dontcare", "")
+
+
+def _is_name(slot: str) -> bool:
+    """Whether a slot names an entity (restaurant_name, movie_title): bookings of unknown ones are impossible."""
+    return slot.endswith("name") or slot.endswith("title")
 
 
 class _Table:
@@ -115,18 +121,18 @@ class SgdWorld:
 
     def _transact(self, service: str, params: dict[str, str], result_slots: tuple[str, ...]) -> list[dict[str, Any]]:
         match: dict[str, str] | None = None
-        shared_any = False
+        named = False
         for table in self._by_service.get(service, ()):
             keys = {k: v for k, v in params.items() if k in table.columns and k not in table.echo and v not in _ANY}
             if not keys:
                 continue
-            shared_any = True
+            named = named or any(_is_name(k) for k in keys)
             hits = table.match(keys)
             if hits:
                 match = table.rows[hits[0]]
                 break
-        if shared_any and match is None:
-            return []
+        if named and match is None:
+            return []  # it names an entity (a restaurant, a hotel) that does not exist as asked
         if self.rng.random() < self.failure_rate:
             return []
         row = {k: v for k, v in params.items() if k in result_slots}

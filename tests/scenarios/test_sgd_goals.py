@@ -83,7 +83,7 @@ def test_an_infeasible_share_with_working_relaxations(pack, goals):
     searches = [sg for g in goals for sg in g["subgoals"]
                 if not pack.service(sg["service"]).intents[sg["intent"]].is_transactional and not sg["from_previous"]]
     infeasible = [sg for sg in searches if not sg["feasible"]]
-    assert 0.1 < len(infeasible) / len(searches) < 0.3
+    assert 0.05 < len(infeasible) / len(searches) < 0.3  # attempts that find no impossible value stay feasible
     for sg in infeasible:
         assert _search(pack, sg, sg["constraints"]) == ([], None)
         relaxed = dict(sg["constraints"])
