@@ -9,6 +9,7 @@ per-episode outputs in a checkpoint beside the files, and writes the files. Layo
     <files the render produced>
     .checkpoint/meta.json      projection, version, run id, fold options, shard sizes read, files written
     .checkpoint/outputs.jsonl  one {"ep": ..., "out": ...} line per processed episode, in processing order
+    .checkpoint/lock           held (flock) while a run writes, so a second concurrent run is refused
 
 A second run on a grown log folds only the episodes not in outputs.jsonl and re-renders from the stored
 outputs, so the merge never needs the old episodes' events again. Outputs are ordered by the order in
@@ -18,6 +19,7 @@ log grows. Changing the fold options (e.g. ``--sgdx``) or ``--rebuild`` starts t
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import importlib
 import json
@@ -27,6 +29,11 @@ from pathlib import Path
 from typing import Any, Callable, Protocol
 
 import msgspec
+
+try:
+    import fcntl
+except ImportError:  # not POSIX: no lock, concurrent runs on one output dir are the caller's business
+    fcntl = None  # type: ignore[assignment]
 
 from ..errors import UserError
 from ..log import RunDir, read_episodes, repair_torn_tail
@@ -134,19 +141,37 @@ def run_projection(run_dir: str | Path | RunDir, projection: Projection, out_dir
                    rebuild: bool = False, skip_corrupt: bool = False,
                    progress: Callable[[int], None] | None = None) -> ProjectionReport:
     """Fold the episodes not yet in the checkpoint, then render every stored output into ``out_dir``."""
+    run = run_dir if isinstance(run_dir, RunDir) else RunDir.open(run_dir)
+    out = Path(out_dir) if out_dir is not None else default_out_dir(run, projection)
+    ckpt = out / CHECKPOINT_DIR
+    if out.exists() and not (ckpt / "meta.json").exists() and not rebuild and \
+            any(p.name != CHECKPOINT_DIR for p in out.iterdir()):
+        raise UserError(f"{out}: exists, is not empty and is not a projection output; choose another --out")
+    ckpt.mkdir(parents=True, exist_ok=True)
     gc_was_enabled = gc.isenabled()
     gc.disable()  # folds build many acyclic objects: cycle collection only costs time here
     try:
-        return _run(run_dir, projection, out_dir, rebuild=rebuild, skip_corrupt=skip_corrupt, progress=progress)
+        with _exclusive(ckpt / "lock", out):
+            return _run(run, projection, out, rebuild=rebuild, skip_corrupt=skip_corrupt, progress=progress)
     finally:
         if gc_was_enabled:
             gc.enable()
 
 
-def _run(run_dir: str | Path | RunDir, projection: Projection, out_dir: str | Path | None, *, rebuild: bool,
-         skip_corrupt: bool, progress: Callable[[int], None] | None) -> ProjectionReport:
-    run = run_dir if isinstance(run_dir, RunDir) else RunDir.open(run_dir)
-    out = Path(out_dir) if out_dir is not None else default_out_dir(run, projection)
+@contextlib.contextmanager
+def _exclusive(path: Path, out: Path) -> Iterator[None]:
+    # two projection runs on one output dir would interleave checkpoint lines: the second one is refused
+    with open(path, "a+b") as handle:
+        if fcntl is not None:
+            try:
+                fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                raise UserError(f"{out}: another projection run is writing there; wait for it to finish") from None
+        yield
+
+
+def _run(run: RunDir, projection: Projection, out: Path, *, rebuild: bool, skip_corrupt: bool,
+         progress: Callable[[int], None] | None) -> ProjectionReport:
     ckpt = out / CHECKPOINT_DIR
     meta_path, outputs_path = ckpt / "meta.json", ckpt / "outputs.jsonl"
     meta = {"projection": projection.name, "version": projection.version, "run_id": run.manifest.get("run_id"),
@@ -155,13 +180,10 @@ def _run(run_dir: str | Path | RunDir, projection: Projection, out_dir: str | Pa
     if old is not None and old.get("run_id") != meta["run_id"] and not rebuild:
         raise UserError(f"{out}: holds a projection of run {old.get('run_id')!r}, not {meta['run_id']!r}; "
                         "choose another --out or pass --rebuild")
-    if out.exists() and old is None and any(p.name != CHECKPOINT_DIR for p in out.iterdir()) and not rebuild:
-        raise UserError(f"{out}: exists, is not empty and is not a projection output; choose another --out")
     fresh = (rebuild or old is None or old.get("projection") != projection.name
              or old.get("version") != projection.version or old.get("fold_options") != meta["fold_options"])
     if fresh and old is not None:
         _log.info("checkpoint reset", out=str(out), reason="rebuild" if rebuild else "projection or options changed")
-    ckpt.mkdir(parents=True, exist_ok=True)
     if fresh and outputs_path.exists():
         outputs_path.unlink()
     done: set[str] = set()

@@ -310,3 +310,28 @@ def test_simulated_sgd_run_projects_to_valid_sgd_and_round_trips(tmp_path):
     assert main(["project", str(run), "--to", "dst_metrics", "--no-progress"]) == 0
     result = json.loads((run / "projections" / "dst_metrics@v1" / "dst_metrics.json").read_text())
     assert 0.5 < result["#ALL_SERVICES"]["joint_goal_accuracy"] <= 1.0
+
+
+def test_concurrent_projection_runs_on_one_output_are_refused(tmp_path):
+    """While one run holds the output's lock, another is refused with a clear message."""
+    import fcntl
+
+    run, out = tmp_path / "run", tmp_path / "out"
+    import_sgd(FIXTURES, run)
+    run_projection(run, get_projection("sgd"), out)
+    with open(out / ".checkpoint" / "lock", "a+b") as held:
+        fcntl.flock(held.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        with pytest.raises(UserError, match="another projection run"):
+            run_projection(run, get_projection("sgd"), out)
+    run_projection(run, get_projection("sgd"), out)
+
+
+def test_foreign_output_directory_is_refused(tmp_path):
+    """--out naming a non-empty directory that is not a projection output is refused, untouched."""
+    run, out = tmp_path / "run", tmp_path / "out"
+    import_sgd(FIXTURES, run)
+    out.mkdir()
+    (out / "notes.txt").write_text("mine")
+    with pytest.raises(UserError, match="not a projection output"):
+        run_projection(run, get_projection("sgd"), out)
+    assert [p.name for p in out.iterdir()] == ["notes.txt"]
