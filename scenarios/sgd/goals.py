@@ -296,6 +296,20 @@ def _txn_subgoal(pack: Pack, svc: ServiceSchema, intent: IntentSchema, rng: rand
             "from_previous": link, "entity": None}
 
 
+_STARTS = ("start", "pickup", "departure", "check_in", "leaving", "outbound", "from")
+_ENDS = ("end", "dropoff", "return", "check_out", "inbound", "to")
+
+
+def _order_dates(constraints: dict[str, str]) -> None:
+    """A start date after its end date (drawn apart) is swapped: nobody returns before leaving."""
+    dates = [s for s, v in constraints.items() if "date" in s and len(v) == 10 and v[4] == "-"]
+    starts = [s for s in dates if any(w in s for w in _STARTS)]
+    ends = [s for s in dates if any(w in s for w in _ENDS) and s not in starts]
+    if len(starts) == 1 and len(ends) == 1 and constraints[starts[0]] > constraints[ends[0]]:
+        a, b = starts[0], ends[0]
+        constraints[a], constraints[b] = constraints[b], constraints[a]
+
+
 def sample_goal(pack: Pack, rng: random.Random, services: list[str] | None = None, *,
                 sequence: list[str] | None = None, infeasible_share: float = 0.2,
                 multi_share: float | None = None) -> dict[str, Any]:
@@ -324,6 +338,7 @@ def sample_goal(pack: Pack, rng: random.Random, services: list[str] | None = Non
                 subgoals.append(_search_subgoal(pack, svc, intent, rng, link, infeasible_share, known))
             prev = (svc, intent)
             last = subgoals[-1]
+            _order_dates(last["constraints"])
             known = {**(last["entity"] or {}), **last["constraints"],
                      **{s: known[ps] for s, ps in last["from_previous"].items() if ps in known}}
     return {"services": order, "subgoals": subgoals}

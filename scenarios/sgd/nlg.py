@@ -123,11 +123,45 @@ def builtin_template(speaker: str, svc: ServiceSchema | None, act: Act) -> Templ
         return parts + ["?"]
     if a == "OFFER" and speaker == "SYSTEM" and _nameish(slot):
         return ["How about ", 0, "?"]
-    lead = {("SYSTEM", "CONFIRM"): f"Please confirm the {ph}: ", ("SYSTEM", "OFFER"): f"Its {ph} is ",
+    lead = {("SYSTEM", "CONFIRM"): f"Please confirm the {ph}: ", ("SYSTEM", "OFFER"): f"The {ph} is ",
             ("USER", "REQUEST"): f"Is the {ph} ", ("USER", "SELECT"): f"I'll take this {ph}: ",
             ("SYSTEM", "INFORM_COUNT"): "I found "}.get((speaker, a), f"The {ph} is ")
     tail = {("USER", "REQUEST"): "?", ("SYSTEM", "INFORM_COUNT"): " results."}
     return [lead, 0, tail.get((speaker, a), ".")]
+
+
+def _listable(speaker: str, act: Act) -> bool:
+    """Whether a fallback act can join a list ("the x is A, the y is B"): one literal value, no name offer."""
+    if act.act == "REQUEST" and not act.values and act.slot:
+        return True
+    return (len(act.values) == 1 and act.values[0] not in BOUND_VALUES and not act.act.endswith("_INTENT")
+            and act.slot not in ("", "count") and (speaker, act.act) in _LIST_LEADS
+            and not (act.act == "OFFER" and _nameish(act.slot)))
+
+
+_LIST_LEADS = {("SYSTEM", "CONFIRM"): ("Please confirm: ", "."), ("SYSTEM", "INFORM"): ("", "."),
+               ("SYSTEM", "OFFER"): ("", "."), ("USER", "INFORM"): ("I'd like ", ".")}
+
+
+def builtin_list(speaker: str, svc: ServiceSchema | None, acts: list[Act]) -> Template:
+    """One sentence for several fallback acts of one kind: "Please confirm: the x is A and the y is B."""
+    if acts[0].act == "REQUEST":
+        names = [_phrase(svc, a.slot) for a in acts]
+        names = [n if n.startswith(("whether", "if ")) else f"the {n}" for n in names]
+        said = ", ".join(names[:-1]) + " and " + names[-1]
+        return [f"Could you tell me {said}?" if speaker == "SYSTEM" else f"Can you tell me {said}?"]
+    lead, end = _LIST_LEADS[(speaker, acts[0].act)]
+    user = speaker == "USER"
+    parts: Template = [lead]
+    for k, a in enumerate(acts):
+        if k:
+            parts.append(" and " if k == len(acts) - 1 else ", ")
+        ph = _phrase(svc, a.slot)
+        parts += [f"the {ph} to be " if user else f"the {ph} is ", k]
+    parts.append(end)
+    if not lead:
+        parts[1] = parts[1][:1].upper() + parts[1][1:]
+    return parts
 
 
 class _Plan:
@@ -211,13 +245,26 @@ class Realizer:
             if tpls:
                 groups.append(_group([pos_of[idx[k]] for k in sub_order], acts, order, tpls))
                 continue
+            if act_name == "OFFER":  # the entity's name first, as real systems do
+                idx = sorted(idx, key=lambda i: not _nameish(acts[i].slot))
+            plain: list[int] = []  # acts left to the schema-phrased fallback, said together
             for i in idx:
                 tok = act_token(acts[i].act, acts[i].slot, acts[i].values)[0]
                 tpls = (self._lookup(speaker, service, tok) or self._borrow(speaker, service, acts[i].slot, tok)
                         or self.generic.get(speaker, {}).get(generic_token(acts[i]), []))
-                if not tpls:
-                    tpls = [builtin_template(speaker, self.services.get(service), acts[i])]
-                groups.append(_group([pos_of[i]], acts, order, tpls))
+                if tpls:
+                    groups.append(_group([pos_of[i]], acts, order, tpls))
+                elif _listable(speaker, acts[i]):
+                    plain.append(i)
+                else:
+                    groups.append(_group([pos_of[i]], acts, order,
+                                         [builtin_template(speaker, self.services.get(service), acts[i])]))
+            if len(plain) == 1:
+                groups.append(_group([pos_of[plain[0]]], acts, order,
+                                     [builtin_template(speaker, self.services.get(service), acts[plain[0]])]))
+            elif plain:
+                groups.append(_group([pos_of[i] for i in plain], acts, order,
+                                     [builtin_list(speaker, self.services.get(service), [acts[i] for i in plain])]))
         return groups
 
     def _plan(self, speaker: str, service: str, acts: Sequence[Act], sig: str, order: list[int]) -> _Plan:
