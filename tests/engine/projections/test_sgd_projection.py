@@ -335,3 +335,11 @@ def test_foreign_output_directory_is_refused(tmp_path):
     with pytest.raises(UserError, match="not a projection output"):
         run_projection(run, get_projection("sgd"), out)
     assert [p.name for p in out.iterdir()] == ["notes.txt"]
+
+
+def test_import_is_deterministic(tmp_path):
+    """The same split imported twice gives the same event bytes (virtual time = turn index, wall = 0)."""
+    import_sgd(FIXTURES, tmp_path / "a")
+    import_sgd(FIXTURES, tmp_path / "b")
+    shard = Path("events") / "shard-000.jsonl"
+    assert (tmp_path / "a" / shard).read_bytes() == (tmp_path / "b" / shard).read_bytes()
