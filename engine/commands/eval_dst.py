@@ -31,6 +31,8 @@ def register(sub: Any) -> None:
     p.add_argument("--train-schema", metavar="PATH", help="train-split schema.json whose services count as seen "
                         "(default: the 26 services of the SGD train split)")
     p.add_argument("--out", help="write the metrics JSON here (official layout)")
+    p.add_argument("--per-frame", metavar="FILE",
+                   help="write each scored frame's metrics as JSON lines ({\"frame\": \"<dialogue>-<turn>-<service>\", ...})")
     p.add_argument("--no-fuzzy-match", action="store_true",
                    help="exact match for non-categorical values (the official MultiWOZ-style option)")
     p.add_argument("--joint-acc-across-turn", action="store_true",
@@ -63,8 +65,8 @@ def read_split(files: list[Path]) -> dict[str, dict[str, Any]]:
 
 
 def evaluate(ref: dict[str, dict[str, Any]], hyp: dict[str, dict[str, Any]], schemas: dict[str, Any],
-             seen: set[str] | None, *, fuzzy: bool = True, joint_across_turn: bool = False
-             ) -> tuple[dict[str, dict[str, float]], int]:
+             seen: set[str] | None, *, fuzzy: bool = True, joint_across_turn: bool = False,
+             per_frame: list[dict[str, Any]] | None = None) -> tuple[dict[str, dict[str, float]], int]:
     """Aggregated metrics of ``hyp`` against ``ref`` as the official evaluation computes them, and the frame count."""
     agg = Aggregator(seen, joint_across_turn)
     for dialogue_id, d_hyp in hyp.items():
@@ -96,6 +98,8 @@ def evaluate(ref: dict[str, dict[str, Any]], hyp: dict[str, dict[str, Any]], sch
                                         utterance=t_ref["utterance"], ref_spans=f_ref.get("slots", []),
                                         hyp_spans=f_hyp.get("slots"), fuzzy=fuzzy)
                 scored.append((service, metrics))
+                if per_frame is not None:
+                    per_frame.append({"frame": f"{dialogue_id}-{index:03d}-{service}", **metrics})
             agg.add_turn(scored)
     return agg.result(), agg.frames
 
@@ -115,10 +119,13 @@ def handle(args: argparse.Namespace) -> int:
     if not ref:
         raise UserError(f"{ref_dir}: no dialogues_*.json files")
     hyp = read_split(sorted(p for p in pred_dir.glob("*.json") if p.name not in _SKIP))
+    per_frame: list[dict[str, Any]] | None = [] if args.per_frame else None
     result, frames = evaluate(ref, hyp, schemas, seen_services(args.train_schema), fuzzy=not args.no_fuzzy_match,
-                              joint_across_turn=args.joint_acc_across_turn)
+                              joint_across_turn=args.joint_acc_across_turn, per_frame=per_frame)
     if args.out:
         Path(args.out).write_bytes(metrics_json(result))
+    if per_frame is not None:
+        Path(args.per_frame).write_bytes(b"".join(msgspec.json.encode(row) + b"\n" for row in per_frame))
     sys.stdout.write(metrics_table(result, frames))
     print(f"{len(hyp)} predicted dialogues of {len(ref)} in the reference")
     return 0

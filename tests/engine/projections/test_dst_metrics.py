@@ -143,8 +143,12 @@ def test_eval_dst_cli_and_mismatches(tmp_path, capsys):
     shutil.copy(FIXTURES / "dialogues_001.json", pred)
     shutil.copy(FIXTURES / "schema.json", pred)  # an SGD split's schema.json is not read as predictions
     out = tmp_path / "m.json"
+    per_frame = tmp_path / "frames.jsonl"
     assert main(["eval-dst", "--ref", str(FIXTURES), "--pred", str(pred), "--out", str(out),
-                 "--train-schema", str(FIXTURES / "schema.json")]) == 0
+                 "--train-schema", str(FIXTURES / "schema.json"), "--per-frame", str(per_frame)]) == 0
+    rows = [json.loads(line) for line in per_frame.read_text().splitlines()]
+    assert rows[0]["frame"].startswith("8_00114-000-") and rows[0]["joint_goal_accuracy"] == 1.0
+    assert len(rows) == sum(1 for _ in _user_frames(_fixture_split()[0]))
     result = json.loads(out.read_text())
     assert set(result) >= {"#ALL_SERVICES", "#SEEN_SERVICES", "Restaurants_2", "Restaurants"}
     assert "#UNSEEN_SERVICES" not in result
