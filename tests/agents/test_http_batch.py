@@ -141,3 +141,22 @@ def test_the_api_key_never_reaches_the_run_directory_or_stderr(tmp_path):
     assert "agent request failed, retrying" in done.stderr  # the faults did reach the operational log
     assert secret not in done.stderr + done.stdout
     assert "DS_TEST_KEY" in (RunDir.open(out).manifest["config"]["agent_options"]["api_key_env"])
+
+
+def test_a_batch_against_a_faulty_server_completes_with_every_fault_in_the_run_directory(tmp_path):
+    """`dialogsim run` against the fault-injecting server: all episodes end once, every fault is logged."""
+    from dialogsim.engine.testing_http import INJECTED
+
+    app = faulty_app(EchoAgent, "native", hang_seconds=1.0, drip_chunks=10, drip_delay=0.1)
+    out = tmp_path / "run"
+    with serve_in_thread(app) as url:
+        done = _run("--scenarios", "builtin", "--user", "scripted", "--agent", f"http:{url}", "--episodes", "12",
+                    "--agent-timeout", "0.6", "--agent-opt", "read_timeout=0.3", "--agent-opt", "backoff_base=0.01",
+                    "--agent-opt", "max_response_bytes=65536", "--out", str(out))
+    assert done.returncode == 0, done.stderr
+    events = _events(out)
+    ended = Counter(e.ep for e in events if isinstance(e, EpisodeEnded))
+    assert len(ended) == 12 and set(ended.values()) == {1}
+    assert {e.outcome for e in events if isinstance(e, EpisodeEnded)} == {"success"}
+    faults = [e for e in events if type(e).__name__ == "Fault"]
+    assert len(faults) == len(app[INJECTED]) > 0 and {f.who for f in faults} == {"agent"}
