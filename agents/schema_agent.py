@@ -212,6 +212,8 @@ class SchemaAgent:
         t, svc = self._track(name), self._service(name)
         confirming = t.confirming
         t.confirming = None
+        if "NEGATE_INTENT" in kinds or ("NEGATE" in kinds and "REQ_MORE" in self.last and "INFORM" not in kinds):
+            t.intent = None  # SGD's state has no active intent after "no" to an offer or to "anything else?"
         for s, a in acts:
             ts, ss = self._track(s), self._service(s)
             if a.act == "INFORM_INTENT" and a.values:

@@ -665,9 +665,12 @@ class AgendaUser:
     def _update_state(self, service: str, items: Any) -> None:
         """Fold the acts the user meant into the state: intent, informed values (true, not noisy)."""
         svc = self._service(service)
+        closing = any(i[1] == "THANK_YOU" for i in items) and not any(i[1] == "INFORM" for i in items)
         for _, act, slot, value in items:
             if act == "INFORM_INTENT":
                 self.active[service] = value
+            elif act == "NEGATE_INTENT" or (act == "NEGATE" and closing):
+                self.active[service] = "NONE"  # as SGD annotates a refused intent or "no, thanks"
             elif act == "AFFIRM_INTENT":
                 sub = self._cur()
                 if sub is not None and sub.service == service:
