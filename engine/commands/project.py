@@ -9,6 +9,7 @@ from typing import Any
 
 from tqdm import tqdm
 
+from ..errors import UserError
 from ..log import RunDir
 from ..projections import get_projection, run_projection
 from .import_ import add_sgdx_arguments, sgdx_from_args
@@ -33,6 +34,8 @@ def register(sub: Any) -> None:
 
 
 def handle(args: argparse.Namespace) -> int:
+    if args.sgdx and args.to != "sgd":
+        raise UserError(f"--sgdx applies to --to sgd, not to --to {args.to}")
     options: dict[str, Any] = {"sgdx": sgdx_from_args(args), "train_schema": args.train_schema}
     projection = get_projection(args.to, options)
     run = RunDir.open(args.run_dir)
