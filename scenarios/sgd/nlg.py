@@ -5,8 +5,11 @@ signature's placeholder order (acts sorted by token, values in order). Values re
 than literally (the intent named by INFORM_INTENT-style acts, True/False/dontcare) are part of the token,
 so they have no placeholder.
 Lookup order for a signature: the service's bank, then its domain's bank (services sharing the domain name,
-which share slot names), then a composition of per-act groups, each looked up the same way and finally in
-the generic bank (templates seen in several domains) or a built-in phrase rendered from the schema.
+which share slot names); else a composition of per-act groups, each looked up the same way, then act by
+act in the service and domain banks, in the borrowed bank (single-act templates of other domains free of
+their domain's words, for a slot of the same name and a similar description), in the generic bank
+(templates seen in several domains, with no slot-specific words) and finally as a sentence phrased from
+the schema's descriptions. When a signature has few exact templates, composed wordings are mixed in.
 """
 
 from __future__ import annotations

@@ -139,3 +139,19 @@ def test_unseen_services_get_goals(pack):
             if not svc.intents[sg["intent"]].is_transactional and sg["feasible"] and not sg["from_previous"]:
                 assert _search(pack, sg, sg["constraints"])[0], sg
     assert seen == set(TEST_ONLY)
+
+
+def test_start_dates_never_follow_end_dates(pack):
+    """Pairs such as pickup/dropoff or departure/return dates are drawn in order."""
+    rng = random.Random(8)
+    pairs = 0
+    for _ in range(400):
+        g = sample_goal(pack, rng, sequence=[rng.choice(["RentalCars_1", "RentalCars_3", "Flights_3", "Flights_4"])])
+        for sg in g["subgoals"]:
+            c = sg["constraints"]
+            for start, end in (("pickup_date", "dropoff_date"), ("start_date", "end_date"),
+                               ("departure_date", "return_date")):
+                if start in c and end in c:
+                    pairs += 1
+                    assert c[start] <= c[end], c
+    assert pairs > 20

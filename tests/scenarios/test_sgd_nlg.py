@@ -139,3 +139,14 @@ def test_user_turns_vary(pack):
 def test_empty_act_list(pack):
     """No acts, no words."""
     assert pack.realizer.realize("SYSTEM", "Restaurants_2", [], random.Random(0)) == ("", [])
+
+
+def test_act_order_does_not_matter(pack):
+    """The same acts in another order (same signature, cached plan) still place each value under its slot."""
+    rng = random.Random(4)
+    a = Act(act="INFORM", slot="location", values=["San Jose"])
+    b = Act(act="INFORM", slot="restaurant_name", values=["Sino Restaurant"])
+    c = Act(act="REQUEST", slot="phone_number")
+    for acts in ([a, b, c], [c, b, a], [b, c, a]) * 20:
+        text, spans = pack.realizer.realize("USER", "Restaurants_2", acts, rng)
+        _check(pack, "Restaurants_2", acts, text, spans)

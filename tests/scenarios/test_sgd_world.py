@@ -165,3 +165,19 @@ def test_generated_services_can_be_searched(pack):
             params = {k: (pack.value_pool(name, k) or ["x"])[0] for k in intent.required_slots}
             results, err = _world(pack, failure_rate=0.0).call(name, intent.name, params)
             assert err is None and isinstance(results, list)
+
+
+def test_garbage_calls_never_raise(pack):
+    """Random services, methods and parameter shapes give results or an error string, never an exception."""
+    rng = random.Random(9)
+    w = _world(pack)
+    names = pack.services + ["", "Ghost_1"]
+    junk = [None, 3, "", "dontcare", "San Jose", ["x"], {"a": 1}]
+    for _ in range(2000):
+        service = rng.choice(names)
+        intents = list(pack.service(service).intents) if service in pack.schemas else ["Nope"]
+        method = rng.choice(intents + ["Nope"])
+        slots = list(pack.service(service).slots) if service in pack.schemas else ["x"]
+        params = {rng.choice(slots): rng.choice(junk) for _ in range(rng.randint(0, 4))}
+        results, error = w.call(service, method, params if rng.random() < 0.95 else rng.choice(junk))
+        assert (results is None) != (error is None)
