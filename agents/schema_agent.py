@@ -398,6 +398,9 @@ def make_factory(arg: str | None, scenarios: Any, options: dict[str, Any]) -> An
         except (TypeError, ValueError):
             raise UserError(f"schema agent: option {key}={value!r} is not a valid {known[key].__name__}") from None
     pack = getattr(scenarios, "pack", None)
+    if pack is None:
+        raise UserError("schema agent: needs SGD scenarios (--scenarios sgd or a pack directory), "
+                        f"not {getattr(scenarios, 'name', type(scenarios).__name__)!r}")
     services: dict[str, _Service] = {}  # shared by the episodes of a run: schemas do not change
 
     def make() -> SchemaAgent:

@@ -714,6 +714,9 @@ def make_factory(arg: str | None, scenarios: Any, options: dict[str, Any]) -> An
     except ValueError as exc:
         raise UserError(f"agenda user: {exc}") from None
     pack = getattr(scenarios, "pack", None)
+    if pack is None:
+        raise UserError("agenda user: needs SGD scenarios (--scenarios sgd or a pack directory), "
+                        f"not {getattr(scenarios, 'name', type(scenarios).__name__)!r}")
     services: dict[str, _Service] = {}  # shared by the episodes of a run: schemas do not change
 
     def make() -> AgendaUser:

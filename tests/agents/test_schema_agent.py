@@ -196,3 +196,5 @@ def test_factory_options(pack):
     assert agent.max_request == 1 and agent.count_rate == 0.0
     with pytest.raises(UserError, match="unknown option 'chatty'"):
         agent_factory("schema", scenarios, {"chatty": "1"})
+    with pytest.raises(UserError, match="needs SGD scenarios"):
+        agent_factory("schema", Set(), {})

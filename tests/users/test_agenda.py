@@ -226,3 +226,5 @@ def test_factory_converts_string_options_and_rejects_unknown_ones(pack):
         make_factory(None, scenarios, {"patience": "lots"})
     with pytest.raises(UserError, match="noise"):
         make_factory(None, scenarios, {"slot_error": "2"})
+    with pytest.raises(UserError, match="needs SGD scenarios"):
+        make_factory(None, Set(), {})
