@@ -156,3 +156,34 @@ def test_sgdx_real_variants_map_every_dev_service(shared_sgd):
         mapping = load_sgdx(variant, shared_sgd / "sgd_x")
         assert len(mapping.services) == 45
         assert all(new == old + variant[1] for old, new in mapping.services.items())
+
+
+def test_sgdx_renames_all_keys_at_once():
+    """A variant name that is another slot's original name (SGD-X v3 Events_1: event_location -> event_name,
+    event_name -> name) must not overwrite that slot's value, as sequential in-place renaming would."""
+    from dialogsim.scenarios.sgd_corpus import SgdCall, SgdDialogue, SgdFrame, SgdState, SgdTurn
+    from dialogsim.scenarios.sgdx import SgdxMap
+
+    def renamed_frame(frame):
+        dialogue = SgdDialogue(dialogue_id="d", services=["Events_1"],
+                               turns=[SgdTurn(frames=[frame], speaker="USER", utterance="")])
+        return mapping.dialogue(dialogue).turns[0].frames[0]
+
+    def schema(name, slots, intents):
+        return {"service_name": name, "slots": [{"name": s} for s in slots], "intents": [{"name": i} for i in intents]}
+
+    mapping = SgdxMap("v3")
+    mapping.add([schema("Events_1", ["event_name", "event_location"], ["FindEvents"])],
+                [schema("Events_13", ["name", "event_name"], ["SearchEvents"])], "test")
+    frame = SgdFrame(actions=[], service="Events_1", slots=[],
+                     state=SgdState(active_intent="FindEvents", requested_slots=["event_location"],
+                                    slot_values={"event_location": ["Oracle Park"], "event_name": ["Giants Vs Cubs"]}))
+    out = renamed_frame(frame)
+    assert out.state.slot_values == {"event_name": ["Oracle Park"], "name": ["Giants Vs Cubs"]}
+    assert out.state.requested_slots == ["event_name"] and out.state.active_intent == "SearchEvents"
+    call = SgdFrame(actions=[], service="Events_1", slots=[], service_call=SgdCall(
+        method="FindEvents", parameters={"event_location": "Oracle Park", "event_name": "Giants Vs Cubs"}),
+        service_results=[{"event_location": "Oracle Park", "event_name": "Giants Vs Cubs"}])
+    renamed = renamed_frame(call)
+    assert renamed.service_call.parameters == {"event_name": "Oracle Park", "name": "Giants Vs Cubs"}
+    assert renamed.service_results == [{"event_name": "Oracle Park", "name": "Giants Vs Cubs"}]
