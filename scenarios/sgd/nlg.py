@@ -296,23 +296,25 @@ class Realizer:
             if gi:
                 out.append(" ")
                 pos += 1
-            tpl = tpls[rng.randrange(len(tpls))] if len(tpls) > 1 else tpls[0]
-            for part in tpl:
-                if part.__class__ is int:
-                    k, j = holes[part]
-                    a = acts[order[k]]
-                    v = a.values[j]
-                    if a.slot in noncat:
-                        spans.append(SlotSpan(slot=a.slot, start=pos, exclusive_end=pos + len(v)))
-                    out.append(v)
-                    pos += len(v)
-                else:
-                    out.append(part)
-                    pos += len(part)
+            n = len(tpls)
+            lits, refs = tpls[int(rng.random() * n)] if n > 1 else tpls[0]
+            lit = lits[0]
+            out.append(lit)
+            pos += len(lit)
+            for h, ref in enumerate(refs):
+                k, j = holes[ref]
+                a = acts[order[k]]
+                v = a.values[j]
+                if a.slot in noncat:
+                    spans.append(SlotSpan(slot=a.slot, start=pos, exclusive_end=pos + len(v)))
+                lit = lits[h + 1]
+                out.append(v)
+                out.append(lit)
+                pos += len(v) + len(lit)
         return "".join(out), spans
 
 
-_Group = tuple  # (holes: list[(signature position, value index)], templates)
+_Group = tuple  # (holes: list[(signature position, value index)], compiled templates)
 
 
 def _group(positions: list[int], acts: Sequence[Act], order: list[int], tpls: list[Template]) -> _Group:
@@ -322,7 +324,20 @@ def _group(positions: list[int], acts: Sequence[Act], order: list[int], tpls: li
         a = acts[order[k]]
         if act_token(a.act, a.slot, a.values)[1]:
             holes.extend((k, j) for j in range(len(a.values)))
-    return holes, tpls
+    return holes, [_compile(t) for t in tpls]
+
+
+def _compile(template: Template) -> tuple[tuple[str, ...], tuple[int, ...]]:
+    """(literals, placeholder indices) with one more literal than placeholders: fast to fill."""
+    lits = [""]
+    refs = []
+    for part in template:
+        if isinstance(part, int):
+            refs.append(part)
+            lits.append("")
+        else:
+            lits[-1] += part
+    return tuple(lits), tuple(refs)
 
 
 def _words(text: str) -> set[str]:
