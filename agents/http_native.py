@@ -124,7 +124,7 @@ class _WireRequest(msgspec.Struct, kw_only=True):
     turn_index: int
     step: int
     tools: msgspec.Raw
-    messages: list[Message]
+    messages: list[msgspec.Raw]
     user: UserMessage
     tool_results: list[ToolResult]
     scenario: msgspec.Raw
@@ -168,34 +168,27 @@ def user_message(turn: UserTurn) -> UserMessage:
     return UserMessage(turn=turn.turn, utterance=turn.utterance, frames=turn.frames, end=turn.end)
 
 
-def history_messages(history: list[Event], user: UserTurn, tool_results: list[ToolResult],
-                     last_calls: list[ToolCall]) -> list[Message]:
-    """The conversation so far as messages, ending with ``user`` and this turn's tool calls and results.
+def event_message(event: Event) -> Message | None:
+    """A logged event as a protocol message (None for events that are not part of the conversation)."""
+    if isinstance(event, UserTurn):
+        return user_message(event)
+    if isinstance(event, AgentTurn):
+        return AgentMessage(turn=event.turn, utterance=event.utterance, frames=event.frames, state=event.state,
+                            end=event.end)
+    if isinstance(event, ToolCalled):
+        return ToolCallMessage(call_id=event.call_id, service=event.service, method=event.method,
+                               parameters=event.parameters)
+    if isinstance(event, ToolReturned):
+        return ToolResultMessage(call_id=event.call_id, results=event.results, error=event.error)
+    return None
 
-    The history is taken as logged; whatever it lacks of the current step (the new user turn, the
-    calls the agent just made and their results) is appended, so the messages are complete whether
-    or not the engine has already put those events in the history.
-    """
-    messages: list[Message] = []
-    seen_user = False
-    returned: set[str] = set()
-    called: set[str] = set()
-    for event in history:
-        if isinstance(event, UserTurn):
-            messages.append(user_message(event))
-            seen_user = seen_user or event.turn == user.turn
-        elif isinstance(event, AgentTurn):
-            messages.append(AgentMessage(turn=event.turn, utterance=event.utterance, frames=event.frames,
-                                         state=event.state, end=event.end))
-        elif isinstance(event, ToolCalled):
-            called.add(event.call_id)
-            messages.append(ToolCallMessage(call_id=event.call_id, service=event.service, method=event.method,
-                                            parameters=event.parameters))
-        elif isinstance(event, ToolReturned):
-            returned.add(event.call_id)
-            messages.append(ToolResultMessage(call_id=event.call_id, results=event.results, error=event.error))
-    if not seen_user:
-        messages.append(user_message(user))
+
+def _missing(user: UserTurn, tool_results: list[ToolResult], last_calls: list[ToolCall], users: set[int],
+             called: set[str], returned: set[str]) -> list[Message]:
+    """What the history lacks of the current step: the new user turn, the agent's calls and their results."""
+    out: list[Message] = []
+    if user.turn not in users:
+        out.append(user_message(user))
     for i, result in enumerate(tool_results):
         if result.call_id in returned:
             continue
@@ -204,10 +197,78 @@ def history_messages(history: list[Event], user: UserTurn, tool_results: list[To
             if call is None and i < len(last_calls):
                 call = last_calls[i]
             if call is not None:
-                messages.append(ToolCallMessage(call_id=result.call_id, service=call.service, method=call.method,
-                                                parameters=call.parameters))
-        messages.append(ToolResultMessage(call_id=result.call_id, results=result.results, error=result.error))
-    return messages
+                out.append(ToolCallMessage(call_id=result.call_id, service=call.service, method=call.method,
+                                           parameters=call.parameters))
+        out.append(ToolResultMessage(call_id=result.call_id, results=result.results, error=result.error))
+    return out
+
+
+def history_messages(history: list[Event], user: UserTurn, tool_results: list[ToolResult],
+                     last_calls: list[ToolCall]) -> list[Message]:
+    """The conversation so far as messages, ending with ``user`` and this turn's tool calls and results.
+
+    The history is taken as logged; whatever it lacks of the current step (the new user turn, the
+    calls the agent just made and their results) is appended, so the messages are complete whether
+    or not the engine has already put those events in the history.
+    """
+    messages = [m for m in map(event_message, history) if m is not None]
+    users = {m.turn for m in messages if isinstance(m, UserMessage)}
+    called = {m.call_id for m in messages if isinstance(m, ToolCallMessage)}
+    returned = {m.call_id for m in messages if isinstance(m, ToolResultMessage)}
+    return messages + _missing(user, tool_results, last_calls, users, called, returned)
+
+
+class Transcript:
+    """An episode's messages, each encoded once: a request re-encodes only what is new since the last.
+
+    The engine's history only grows during an episode; if it is ever shorter or different than what
+    was seen, the transcript starts over, so the result always equals ``history_messages``.
+    """
+
+    def __init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget everything seen."""
+        self.count = 0  # history events consumed
+        self.last: Event | None = None  # the last of them, to notice a history that is not ours
+        self.raw: list[msgspec.Raw] = []
+        self.calls_since_user = 0
+        self.users: set[int] = set()
+        self.called: set[str] = set()
+        self.returned: set[str] = set()
+
+    def messages(self, history: list[Event], user: UserTurn, tool_results: list[ToolResult],
+                 last_calls: list[ToolCall]) -> tuple[list[msgspec.Raw], int]:
+        """The encoded messages of ``history_messages`` and the request's ``step``."""
+        n = self.count
+        if len(history) < n or (n and history[n - 1] is not self.last):
+            self.reset()
+            n = 0
+        encode = _request_encoder.encode
+        for event in history[n:]:
+            m = event_message(event)
+            if m is None:
+                continue
+            if isinstance(m, UserMessage):
+                self.users.add(m.turn)
+                self.calls_since_user = 0
+            elif isinstance(m, ToolCallMessage):
+                self.called.add(m.call_id)
+                self.calls_since_user += 1
+            elif isinstance(m, ToolResultMessage):
+                self.returned.add(m.call_id)
+            self.raw.append(msgspec.Raw(encode(m)))
+        self.count = len(history)
+        self.last = history[-1] if history else None
+        extra = _missing(user, tool_results, last_calls, self.users, self.called, self.returned)
+        step = self.calls_since_user
+        for m in extra:
+            if isinstance(m, UserMessage):
+                step = 0
+            elif isinstance(m, ToolCallMessage):
+                step += 1
+        return self.raw + [msgspec.Raw(encode(m)) for m in extra], step
 
 
 def calls_this_turn(messages: list[Message]) -> int:
@@ -292,6 +353,7 @@ class NativeHttpAgent:
         self._f = factory
         self._meter = TurnMeter(*factory.prices)
         self._last_calls: list[ToolCall] = []
+        self._transcript = Transcript()
         self._turn = -1
         self._elapsed = 0.0
 
@@ -308,10 +370,10 @@ class NativeHttpAgent:
         turn_index = obs.user.turn + 1
         if turn_index != self._turn:
             self._turn, self._elapsed = turn_index, 0.0
-        messages = history_messages(obs.history, obs.user, obs.tool_results, self._last_calls)
+        messages, step = self._transcript.messages(obs.history, obs.user, obs.tool_results, self._last_calls)
         return _request_encoder.encode(_WireRequest(
             protocol=PROTOCOL, episode_id=self.ctx.episode_id, turn_index=turn_index,
-            step=calls_this_turn(messages), tools=self._tools, messages=messages, user=user_message(obs.user),
+            step=step, tools=self._tools, messages=messages, user=user_message(obs.user),
             tool_results=obs.tool_results, scenario=self._scenario, seed=self.ctx.seed))
 
     async def respond(self, obs: Observation) -> AgentReply:

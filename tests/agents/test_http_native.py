@@ -236,3 +236,31 @@ def test_tls_certificates_are_verified_by_default(tmp_path):
     assert [(f.kind, f.attempt) for f in strict.of_type("fault")] == [("exception", 1)]
     assert "TLS error" in strict.of_type("fault")[0].detail
     assert lax.outcomes() == {"e000000": "success"}
+
+
+def test_the_incremental_transcript_equals_the_messages_built_from_scratch():
+    """Request by request through an episode (with tool steps and a foreign history), the cached
+    encoding decodes to exactly history_messages."""
+    from dialogsim.agents.http_native import Message, Transcript, calls_this_turn, history_messages
+    from dialogsim.agents.base import ToolCall
+    from dialogsim.engine.events import AgentTurn, UserTurn
+    from dialogsim.scenarios.base import ToolResult
+
+    def ev(cls, seq, **kw):
+        return cls(run="r", ep="e", seq=seq, t=0.0, wall=0, **kw)
+
+    u0 = ev(UserTurn, 1, turn=0, utterance="hi")
+    c1 = ev(ToolCalled, 2, call_id="c1", service="S", method="M", parameters={"a": "1"})
+    r1 = ev(ToolReturned, 3, call_id="c1", results=[{"x": "y"}])
+    a1 = ev(AgentTurn, 4, turn=1, utterance="ok")
+    u2 = ev(UserTurn, 5, turn=2, utterance="more")
+    results = [ToolResult(call_id="c1", results=[{"x": "y"}])]
+    calls = [ToolCall(service="S", method="M", parameters={"a": "1"}, call_id="c1")]
+    steps = [([], u0, [], []), ([u0], u0, [], []), ([u0, c1, r1], u0, results, calls), ([u0], u0, results, calls),
+             ([u0, c1, r1, a1, u2], u2, [], []), ([u2], u2, [], [])]
+    t = Transcript()
+    for history, user, res, last in steps:
+        raw, step = t.messages(history, user, res, last)
+        got = msgspec.json.decode(b"[" + b",".join(bytes(r) for r in raw) + b"]", type=list[Message])
+        want = history_messages(history, user, res, last)
+        assert got == want and step == calls_this_turn(want)
