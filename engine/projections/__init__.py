@@ -176,7 +176,7 @@ def _run(run: RunDir, projection: Projection, out: Path, *, rebuild: bool, skip_
     meta_path, outputs_path = ckpt / "meta.json", ckpt / "outputs.jsonl"
     meta = {"projection": projection.name, "version": projection.version, "run_id": run.manifest.get("run_id"),
             "fold_options": projection.fold_options(), "files": []}
-    old = _read_meta(meta_path)
+    old = _read_meta(meta_path, tolerant=rebuild)
     if old is not None and old.get("run_id") != meta["run_id"] and not rebuild:
         raise UserError(f"{out}: holds a projection of run {old.get('run_id')!r}, not {meta['run_id']!r}; "
                         "choose another --out or pass --rebuild")
@@ -184,8 +184,12 @@ def _run(run: RunDir, projection: Projection, out: Path, *, rebuild: bool, skip_
              or old.get("version") != projection.version or old.get("fold_options") != meta["fold_options"])
     if fresh and old is not None:
         _log.info("checkpoint reset", out=str(out), reason="rebuild" if rebuild else "projection or options changed")
-    if fresh and outputs_path.exists():
-        outputs_path.unlink()
+    if fresh:
+        if outputs_path.exists():
+            outputs_path.unlink()
+        # record the new options before folding, so a crash mid-run cannot leave outputs of these options
+        # under a meta of other ones (the old file list is kept for stale-file cleanup)
+        _write_atomic(meta_path, _meta_bytes({**meta, "files": [] if old is None else old.get("files", [])}))
     done: set[str] = set()
     if outputs_path.exists():
         repair_torn_tail(outputs_path)
@@ -195,7 +199,8 @@ def _run(run: RunDir, projection: Projection, out: Path, *, rebuild: bool, skip_
     buffer = bytearray()
     # shard sizes before reading: when a later run sees the same sizes, the log has not grown
     meta["log"] = {str(p.relative_to(run.path)): p.stat().st_size for p in run.shards()}
-    unchanged = not fresh and old is not None and old.get("log") == meta["log"]
+    unchanged = (not fresh and old is not None and old.get("log") == meta["log"]
+                 and old.get("episodes") == len(done))
     with open(outputs_path, "ab") as sink:
         for events in () if unchanged else read_episodes(run, skip_corrupt=skip_corrupt):
             ep = events[0].ep
@@ -215,19 +220,26 @@ def _run(run: RunDir, projection: Projection, out: Path, *, rebuild: bool, skip_
     files = _write_files(out, projection.render(_stored_outputs(outputs_path)),
                          stale=[] if old is None else old.get("files", []))
     meta["files"] = files
-    _write_atomic(meta_path, json.dumps(meta, indent=2, sort_keys=True).encode() + b"\n")
+    meta["episodes"] = before + new
+    _write_atomic(meta_path, _meta_bytes(meta))
     _log.info("projection written", projection=f"{projection.name}@v{projection.version}", out=str(out),
               episodes=before + new, new=new)
     return ProjectionReport(out_dir=str(out), episodes_total=before + new, episodes_new=new, files=files,
                             rebuilt=fresh and old is not None)
 
 
-def _read_meta(path: Path) -> dict[str, Any] | None:
+def _meta_bytes(meta: dict[str, Any]) -> bytes:
+    return json.dumps(meta, indent=2, sort_keys=True).encode() + b"\n"
+
+
+def _read_meta(path: Path, tolerant: bool) -> dict[str, Any] | None:
     try:
         meta = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         return None
     except (OSError, ValueError) as exc:
+        if tolerant:
+            return None
         raise UserError(f"{path}: unreadable checkpoint ({exc}); rerun with --rebuild") from None
     return meta if isinstance(meta, dict) else None
 

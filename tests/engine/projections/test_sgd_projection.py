@@ -343,3 +343,19 @@ def test_import_is_deterministic(tmp_path):
     import_sgd(FIXTURES, tmp_path / "b")
     shard = Path("events") / "shard-000.jsonl"
     assert (tmp_path / "a" / shard).read_bytes() == (tmp_path / "b" / shard).read_bytes()
+
+
+def test_checkpoint_damage_is_recovered(tmp_path):
+    """A deleted outputs file refolds everything; a corrupt meta asks for --rebuild, which then works."""
+    run, out = tmp_path / "run", tmp_path / "out"
+    import_sgd(FIXTURES, run)
+    run_projection(run, get_projection("sgd"), out)
+    expected = (out / "dialogues_001.json").read_bytes()
+    (out / ".checkpoint" / "outputs.jsonl").unlink()
+    report = run_projection(run, get_projection("sgd"), out)
+    assert report.episodes_new == 6 and (out / "dialogues_001.json").read_bytes() == expected
+    (out / ".checkpoint" / "meta.json").write_text("{broken")
+    with pytest.raises(UserError, match="--rebuild"):
+        run_projection(run, get_projection("sgd"), out)
+    assert run_projection(run, get_projection("sgd"), out, rebuild=True).episodes_new == 6
+    assert (out / "dialogues_001.json").read_bytes() == expected
