@@ -30,7 +30,7 @@ class _Service:
     """The schema facts the policy needs for one service, precomputed once per run."""
 
     __slots__ = ("name", "required", "optional", "transactional", "args", "categorical", "offer_slots",
-                 "search", "txn", "results", "mined_offers")
+                 "search", "txn", "results", "mined_offers", "sources", "possible")
 
     def __init__(self, schema: dict[str, Any]) -> None:
         self.name = schema["service_name"]
@@ -44,6 +44,8 @@ class _Service:
         self.offer_slots: dict[str, list[str]] = {}
         self.results = {i["name"]: set(i.get("result_slots", ())) for i in schema["intents"]}
         self.mined_offers: dict[str, tuple[list[tuple[str, ...]], list[int]] | None] = {}
+        self.sources: dict[str, list[tuple[str, str]]] | None = None  # slot -> (domain, slot) it is carried from
+        self.possible = {s["name"]: set(s.get("possible_values") or ()) for s in schema["slots"]}
         for i in schema["intents"]:
             own = set(i["required_slots"]) | set(i.get("optional_slots") or {})
             rest = [s for s in i.get("result_slots", ()) if s not in own]
@@ -52,6 +54,23 @@ class _Service:
             # as SGD's system: what identifies the entity, then values echoing the user's own constraints
             echo = [s for s in i.get("result_slots", ()) if s in own]
             self.offer_slots[i["name"]] = (named[:2] + echo)[:3] if named else (others[:2] + echo)[:3]
+
+
+def _transfer_sources(pack: Any, name: str) -> dict[str, list[tuple[str, str]]]:
+    """Per slot of service ``name``: the (domain, slot) pairs real dialogues carried its value from, most
+    frequent first (pack.stats["transfers"], keys "DomA.slotA>DomB.slotB")."""
+    domain = name.rsplit("_", 1)[0]
+    found: list[tuple[int, str, str, str]] = []
+    for key, n in ((getattr(pack, "stats", None) or {}).get("transfers") or {}).items():
+        src, _, dst = key.partition(">")
+        src_domain, _, src_slot = src.partition(".")
+        dst_domain, _, dst_slot = dst.partition(".")
+        if dst_domain == domain and src_slot and dst_slot:
+            found.append((-int(n), dst_slot, src_domain, src_slot))
+    out: dict[str, list[tuple[str, str]]] = {}
+    for _, dst_slot, src_domain, src_slot in sorted(found):
+        out.setdefault(dst_slot, []).append((src_domain, src_slot))
+    return out
 
 
 def _mined_offer_sets(pack: Any, name: str, svc: _Service, intent: str) -> tuple[list, list] | None:
@@ -78,7 +97,7 @@ class _Track:
     """The agent's belief about one service: intent, values, entity on the table, pending confirmation."""
 
     __slots__ = ("intent", "canon", "spoken", "requested", "results", "pos", "offered", "selected", "booked",
-                 "changed", "confirming", "done", "version", "_state", "_key")
+                 "changed", "confirming", "done", "version", "_state", "_key", "proposal")
 
     def __init__(self) -> None:
         self.intent: str | None = None
@@ -93,6 +112,7 @@ class _Track:
         self.changed = False
         self.confirming: list[Act] | None = None  # the CONFIRM acts awaiting AFFIRM
         self.done: set[str] = set()
+        self.proposal: list[Act] | None = None  # a REQUEST with a proposed value, awaiting AFFIRM
         self.version = 0  # bumped whenever ``spoken`` changes, so the exposed state is rebuilt only then
         self._state: DialogueState | None = None
         self._key: tuple = ()
@@ -113,10 +133,11 @@ class SchemaAgent:
     deterministic = True
 
     def __init__(self, pack: Any = None, *, services: dict[str, _Service] | None = None,
-                 max_request: int = 2, count_rate: float = 0.55) -> None:
+                 max_request: int = 2, count_rate: float = 0.55, propose_rate: float = 0.5) -> None:
         self.pack = pack
         self.max_request = max_request
         self.count_rate = count_rate
+        self.propose_rate = propose_rate
         self._services = services if services is not None else {}
         self._nlu: ValueMatcher | None = None
 
@@ -188,13 +209,27 @@ class SchemaAgent:
         t.version += 1
         t.changed = t.changed or change
 
-    def _accept(self, name: str, acts: list[Act] | None) -> None:
-        """Values the system said and the user accepted become part of the tracked state."""
+    def _accept(self, name: str, acts: list[Act] | None, change: bool = False) -> None:
+        """Values the system said and the user accepted become part of the tracked state (values of the
+        entity on the table are no reason to search again; a proposed value from elsewhere is)."""
         t, svc = self._track(name), self._service(name)
         for a in acts or ():
             if a.canonical_values and a.values:
-                # a value of the entity itself: no reason to search again
-                self._set(t, svc, a.slot, a.canonical_values[0], a.values[0], change=False)
+                self._set(t, svc, a.slot, a.canonical_values[0], a.values[0], change=change)
+
+    def _propose(self, name: str, svc: _Service, slot: str) -> str | None:
+        """A value for ``slot`` carried over from another service of this dialogue, the way SGD's system
+        asks "Are you wanting the car on March 7th?": the pack's mined slot transfers say which slots."""
+        if svc.sources is None:
+            svc.sources = _transfer_sources(self.pack, name)
+        for domain, src in svc.sources.get(slot, ()):
+            for other, track in self.tracks.items():
+                if other != name and other.rsplit("_", 1)[0] == domain:
+                    value = track.canon.get(src)
+                    if value and value != "dontcare" and (slot not in svc.categorical
+                                                          or value in svc.possible.get(slot, ())):
+                        return value
+        return None
 
     # -- policy -----------------------------------------------------------------------------------
 
@@ -210,8 +245,8 @@ class SchemaAgent:
         if name is None:
             return self._say(None, [("REQ_MORE", "", None)], end=False)
         t, svc = self._track(name), self._service(name)
-        confirming = t.confirming
-        t.confirming = None
+        confirming, proposal = t.confirming, t.proposal
+        t.confirming = t.proposal = None
         if "NEGATE_INTENT" in kinds or ("NEGATE" in kinds and "REQ_MORE" in self.last and "INFORM" not in kinds):
             t.intent = None  # SGD's state has no active intent after "no" to an offer or to "anything else?"
         for s, a in acts:
@@ -238,6 +273,8 @@ class SchemaAgent:
             t.selected = t.offered
             self._accept(name, self._offer_acts.get(name))
         out: list[tuple[str, str, Any]] = []
+        if proposal is not None and "AFFIRM" in kinds:
+            self._accept(name, proposal, change=True)
         if "AFFIRM" in kinds and "INFORM" not in kinds:
             if confirming is not None:
                 self._accept(name, confirming)
@@ -267,6 +304,13 @@ class SchemaAgent:
         if missing:
             if out:  # answer first; the missing slots are asked on the next turn
                 return self._say(name, out, end=False)
+            if self.tracks.keys() - {name} and self.rng.random() < self.propose_rate:
+                for slot in missing:
+                    value = self._propose(name, svc, slot)
+                    if value is not None:
+                        reply = self._say(name, [("REQUEST", slot, value)], end=False)
+                        t.proposal = reply.frames[0].actions
+                        return reply
             k = 1 if len(missing) == 1 or self.rng.random() < 0.5 else self.max_request
             return self._say(name, [("REQUEST", s, None) for s in missing[:k]], end=False)
         if svc.transactional[t.intent]:
@@ -384,11 +428,12 @@ class SchemaAgent:
 
 
 def make_factory(arg: str | None, scenarios: Any, options: dict[str, Any]) -> Any:
-    """Registry factory for ``--agent schema``: options max_request (slots asked at once, default 2) and
-    count_rate (share of first offers that say how many results there are, default 0.55)."""
+    """Registry factory for ``--agent schema``: options max_request (slots asked at once, default 2),
+    count_rate (share of first offers that say how many results there are, default 0.55) and
+    propose_rate (how often a value known from another service is proposed when asking, default 0.5)."""
     from ..engine.errors import UserError
 
-    known = {"max_request": int, "count_rate": float}
+    known = {"max_request": int, "count_rate": float, "propose_rate": float}
     kwargs: dict[str, Any] = {}
     for key, value in options.items():
         if key not in known:

@@ -198,3 +198,20 @@ def test_factory_options(pack):
         agent_factory("schema", scenarios, {"chatty": "1"})
     with pytest.raises(UserError, match="needs SGD scenarios"):
         agent_factory("schema", Set(), {})
+
+
+def test_values_from_another_service_are_proposed_and_taken_on_affirm(pack):
+    """As SGD's system does: after an apartment search in San Jose, REQUEST(location=San Jose); AFFIRM uses it."""
+    assert "Homes.area>Restaurants.location" in pack.stats["transfers"]
+    a = SchemaAgent(pack, propose_rate=1.0)
+    scenario = Scenario(id="t", kind="sgd", data={"schemas": {s: pack.schemas[s] for s in ("Homes_1", SVC)}})
+    a.start(EpisodeContext(episode_id="e", scenario=scenario, tools=[], rng=random.Random(1), seed=1))
+    homes = UserTurn(run="r", ep="e", seq=0, t=0.0, wall=0, turn=0, utterance="...", frames=[Frame(
+        service="Homes_1", actions=[Act(act="INFORM_INTENT", slot="intent", values=["FindApartment"],
+                                        canonical_values=["FindApartment"]),
+                                    Act(act="INFORM", slot="area", values=["San Jose"], canonical_values=["San Jose"])])])
+    ask(a, homes)
+    proposal = ask(a, user(("INFORM_INTENT", "intent", ["FindRestaurants"]), ("INFORM", "category", ["Asian"])))
+    assert acts_of(proposal) == [("REQUEST", "location", ["San Jose"])]
+    (call,) = ask(a, user(("AFFIRM",))).tool_calls
+    assert call.parameters["location"] == "San Jose"
