@@ -165,19 +165,21 @@ def _value(pack: Pack, service: str, slot: str, rng: random.Random, avoid: str |
 
 
 def _requested(pack: Pack, svc: ServiceSchema, intent: IntentSchema, rng: random.Random, taken: set[str]) -> list[str]:
-    st = pack.stats.get("services", {}).get(svc.name, {})
-    n_intent = st.get("intents", {}).get(intent.name, 0)
-    counts = st.get("requested", {}).get(intent.name, {})
+    """Result slots to ask about: each with its mined request rate (unmined intents: zero to two at random)."""
+    key = ("requested", svc.name, intent.name)
+    memo = _memo(pack)
+    rates = memo.get(key)
+    if rates is None:
+        st = pack.stats.get("services", {}).get(svc.name, {})
+        n_intent = st.get("intents", {}).get(intent.name, 0)
+        counts = st.get("requested", {}).get(intent.name, {})
+        rates = memo[key] = [(s, min(0.9, counts.get(s, 0) / n_intent)) for s in intent.result_slots
+                             if counts.get(s)] if n_intent else None
+    if rates is not None:
+        return [s for s, p in rates if s not in taken and rng.random() < p][:3]
     options = [s for s in intent.result_slots if s not in taken]
-    out = []
-    if n_intent:
-        for s in options:
-            if rng.random() < min(0.9, counts.get(s, 0) / n_intent):
-                out.append(s)
-    else:
-        rng.shuffle(options)
-        out = sorted(options[: rng.choice((0, 1, 1, 2))])
-    return out[:3]
+    rng.shuffle(options)
+    return sorted(options[: rng.choice((0, 1, 1, 2))])
 
 
 def _search_subgoal(pack: Pack, svc: ServiceSchema, intent: IntentSchema, rng: random.Random,
@@ -302,7 +304,11 @@ _ENDS = ("end", "dropoff", "return", "check_out", "inbound", "to")
 
 def _order_dates(constraints: dict[str, str]) -> None:
     """A start date after its end date (drawn apart) is swapped: nobody returns before leaving."""
+    if len(constraints) < 2:
+        return
     dates = [s for s, v in constraints.items() if "date" in s and len(v) == 10 and v[4] == "-"]
+    if len(dates) < 2:
+        return
     starts = [s for s in dates if any(w in s for w in _STARTS)]
     ends = [s for s in dates if any(w in s for w in _ENDS) and s not in starts]
     if len(starts) == 1 and len(ends) == 1 and constraints[starts[0]] > constraints[ends[0]]:
@@ -320,9 +326,14 @@ def sample_goal(pack: Pack, rng: random.Random, services: list[str] | None = Non
     if sequence:
         order = [pack.service(s).name for s in sequence]
     else:
-        pool = sorted(services) if services else sorted(pack.mined_services) or pack.services
-        for s in pool:
-            pack.service(s)
+        memo = _memo(pack)
+        key = ("pool", tuple(services) if services else None)
+        pool = memo.get(key)
+        if pool is None:
+            pool = sorted(services) if services else sorted(pack.mined_services) or pack.services
+            for s in pool:
+                pack.service(s)  # an unknown service is a UserError
+            memo[key] = pool
         share = pack.stats.get("multi_service_share", 0.3) if multi_share is None else multi_share
         order = _services_for(pack, rng, pool, share)
     subgoals: list[dict[str, Any]] = []
