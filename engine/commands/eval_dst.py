@@ -16,7 +16,7 @@ from typing import Any
 import msgspec
 
 from ..errors import UserError
-from ..projections.dst_metrics import Aggregator, frame_metrics, metrics_json, metrics_table, seen_services
+from ..projections.dst_metrics import SGD_TRAIN_SERVICES, Aggregator, frame_metrics, metrics_json, metrics_table
 
 _SKIP = {"schema.json", "dialogues_and_metrics.json"}
 
@@ -38,6 +38,14 @@ def register(sub: Any) -> None:
     p.add_argument("--joint-acc-across-turn", action="store_true",
                    help="joint accuracies over all frames of a turn (the official MultiWOZ-style option)")
     p.set_defaults(handler=handle)
+
+
+def seen_services(train_schema: str | None) -> set[str]:
+    """Service names of a train schema.json (seen services); by default those of the SGD train split."""
+    if not train_schema:
+        return set(SGD_TRAIN_SERVICES)
+    from ...scenarios.sgd.schema import load_schemas
+    return {s["service_name"] for s in load_schemas(train_schema)}
 
 
 def _load(path: Path) -> Any:

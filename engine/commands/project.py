@@ -12,6 +12,7 @@ from tqdm import tqdm
 from ..errors import UserError
 from ..log import RunDir
 from ..projections import get_projection, run_projection
+from .eval_dst import seen_services
 from .import_ import add_sgdx_arguments, sgdx_from_args
 
 
@@ -36,7 +37,8 @@ def register(sub: Any) -> None:
 def handle(args: argparse.Namespace) -> int:
     if args.sgdx and args.to != "sgd":
         raise UserError(f"--sgdx applies to --to sgd, not to --to {args.to}")
-    options: dict[str, Any] = {"sgdx": sgdx_from_args(args), "train_schema": args.train_schema}
+    options: dict[str, Any] = {"sgdx": sgdx_from_args(args),
+                               "seen": seen_services(args.train_schema) if args.train_schema else None}
     projection = get_projection(args.to, options)
     run = RunDir.open(args.run_dir)
     bar = None if args.no_progress else tqdm(desc=f"{projection.name}@v{projection.version}", unit=" episodes",

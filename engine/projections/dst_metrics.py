@@ -305,14 +305,6 @@ SGD_TRAIN_SERVICES = frozenset([
     "Travel_1", "Weather_1"])
 
 
-def seen_services(train_schema: str | None) -> set[str]:
-    """Service names of a train schema.json (seen services); by default those of the SGD train split."""
-    if not train_schema:
-        return set(SGD_TRAIN_SERVICES)
-    from ...scenarios.sgd.schema import load_schemas
-    return {s["service_name"] for s in load_schemas(train_schema)}
-
-
 class DstMetricsProjection:
     """Episodes -> per-frame metrics (checkpointed) -> dst_metrics.json, dst_metrics.txt, per_frame.jsonl."""
 
@@ -320,7 +312,9 @@ class DstMetricsProjection:
     version = 1
 
     def __init__(self, options: dict[str, Any]) -> None:
-        self.seen = seen_services(options.get("train_schema"))
+        # options["seen"]: service names counted as seen (the command reads --train-schema)
+        seen = options.get("seen")
+        self.seen = set(SGD_TRAIN_SERVICES) if seen is None else set(seen)
         self.last_table = ""
 
     def fold_options(self) -> dict[str, Any]:

@@ -226,6 +226,13 @@ def test_dst_metrics_projection_files(tmp_path, capsys):
     assert "JGA" in (out / "dst_metrics.txt").read_text() and "JGA" in capsys.readouterr().out
     report = run_projection(run, get_projection("dst_metrics"))
     assert report.episodes_new == 0 and report.episodes_total == 2
+    train = tmp_path / "train_schema.json"
+    slots = [{**slot, "possible_values": ["cheap"] if slot["is_categorical"] else []} for slot in SERVICE["slots"]]
+    train.write_text(json.dumps([{**SERVICE, "slots": slots, "intents": [
+        {"name": "FindRestaurants", "is_transactional": False, "required_slots": [], "result_slots": []}]}]))
+    assert main(["project", str(run), "--to", "dst_metrics", "--no-progress", "--train-schema", str(train)]) == 0
+    result = json.loads((out / "dst_metrics.json").read_text())
+    assert "#UNSEEN_SERVICES" not in result and result["#SEEN_SERVICES"]["joint_goal_accuracy"] == 0.5
 
 
 def test_unknown_projection_is_a_user_error():
@@ -236,7 +243,8 @@ def test_unknown_projection_is_a_user_error():
 
 def test_default_seen_services_are_the_real_train_split(shared_sgd):
     """The built-in seen set equals the service names of the real train schema."""
-    from dialogsim.engine.projections.dst_metrics import SGD_TRAIN_SERVICES, seen_services
+    from dialogsim.engine.commands.eval_dst import seen_services
+    from dialogsim.engine.projections.dst_metrics import SGD_TRAIN_SERVICES
 
     train = shared_sgd / "schemas" / "train" / "schema.json"
     assert seen_services(str(train)) == set(SGD_TRAIN_SERVICES) == seen_services(None)
