@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from dialogsim.scenarios.sgd.pack import DEFAULT_PACK, load_pack
 
 
@@ -29,3 +31,15 @@ def test_every_service_has_entities_for_each_search_intent():
     for name in pack.services:
         for intent in pack.service(name).search_intents:
             assert pack.entities(name, intent.name), (name, intent.name)
+
+
+def test_bundled_pack_is_current(tmp_path):
+    """Rebuilding from ../shared/sgd with today's builder gives the bundled pack, byte for byte."""
+    shared = Path(__file__).resolve().parents[2].parent / "shared" / "sgd"
+    if not (shared / "dev").is_dir():
+        pytest.skip("../shared/sgd is not available")
+    from dialogsim.scenarios.sgd.pack import build_pack
+
+    schemas = [shared / "schemas" / split / "schema.json" for split in ("train", "dev", "test")]
+    manifest = build_pack([shared / "dev"], schemas, tmp_path / "pack")
+    assert manifest["id"] == load_pack().id, "rebuild scenarios/packs/sgd with `dialogsim pack build`"
