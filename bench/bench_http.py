@@ -8,9 +8,11 @@ the same small JSON), then, for each concurrency (16 and 64 by default), measure
   C episodes are in flight at once, events written to a real run directory;
 - raw: C asyncio tasks posting a native request of the same shape through one aiohttp session.
 
-Prints requests/s of each and their ratio (target >= 0.8). Best of ``--repeat`` runs each.
+Prints requests/s of each and their ratio (target >= 0.8): medians over ``--rounds`` paired rounds, plus
+the agent layer alone (``NativeHttpAgent.respond`` in a loop, no engine). ``--with-think`` adds runs against
+a 20 ms endpoint with think time 0 and with the default think/latency models.
 
-    python bench/bench_http.py [--requests 20000] [--concurrency 16 64] [--server trivial|serve-agent]
+    python bench/bench_http.py [--requests 10000] [--concurrency 16 64] [--rounds 3] [--with-think]
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import argparse
 import asyncio
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -26,6 +29,7 @@ import time
 from pathlib import Path
 
 ANSWER = b'{"protocol": "dialogsim/1", "utterance": "Sure, done.", "end": false}'
+SLOW = 0.02  # seconds the /slow endpoint waits before answering
 
 
 def serve(port: int) -> None:
@@ -36,9 +40,14 @@ def serve(port: int) -> None:
         await request.read()
         return web.Response(body=ANSWER, content_type="application/json")
 
+    async def slow(request: web.Request) -> web.Response:
+        await asyncio.sleep(SLOW)  # a model-like endpoint: most of the time is spent waiting
+        return await handle(request)
+
     async def main() -> None:
         app = web.Application()
         app.router.add_post("/", handle)
+        app.router.add_post("/slow", slow)
         runner = web.AppRunner(app, access_log=None)
         await runner.setup()
         site = web.TCPSite(runner, "127.0.0.1", port)
@@ -161,13 +170,13 @@ def dialogsim_run(url: str, concurrency: int, episodes: int, durability: str, th
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
-    parser.add_argument("--requests", type=int, default=20000, help="agent requests per measurement")
+    parser.add_argument("--requests", type=int, default=10000, help="agent requests per measurement")
     parser.add_argument("--concurrency", type=int, nargs="+", default=[16, 64])
     parser.add_argument("--server", choices=["trivial", "serve-agent"], default="trivial")
     parser.add_argument("--durability", default="batch", choices=["none", "batch", "episode"])
-    parser.add_argument("--repeat", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=3, help="paired measurement rounds per concurrency")
     parser.add_argument("--with-think", action="store_true",
-                        help="also measure with the default virtual think time and latency models")
+                        help="also measure against a 20 ms endpoint with think time 0 and with the default models")
     args = parser.parse_args()
     if args.serve:
         serve(0)
@@ -183,22 +192,32 @@ def main() -> None:
         asyncio.run(raw_loop(url, 8, 500, body))  # warm-up: connections, server code paths
         dialogsim_run(url, 8, 150, args.durability)
         print(f"server: {args.server} ({url}), {os.cpu_count()} CPUs, body {len(body)} bytes, "
-              f"durability {args.durability}")
+              f"durability {args.durability}, {args.rounds} paired rounds of {episodes} episodes")
         for c in args.concurrency:
-            ours, raw, layer, n = 0.0, 0.0, 0.0, 0
-            for _ in range(args.repeat):
+            # Paired rounds, each measuring all three back to back: on a shared machine the load drifts, and
+            # the median of per-round ratios is far steadier than a ratio of two separate bests.
+            ours, raw, layer, ratios, layer_ratios, n = [], [], [], [], [], 0
+            for _ in range(args.rounds):
                 rate, n = dialogsim_run(url, c, episodes, args.durability)
-                ours = max(ours, rate)
-                raw = max(raw, asyncio.run(raw_loop(url, c, n, body)))
-                layer = max(layer, asyncio.run(agent_loop(url, c, n)))
-            print(f"concurrency {c:3d}: dialogsim run {ours:7.0f} req/s | raw aiohttp {raw:7.0f} req/s | "
-                  f"ratio {ours / raw:.2f} (target >= 0.8) | agent layer alone {layer:7.0f} req/s, "
-                  f"ratio {layer / raw:.2f} | {n} requests each")
-        if args.with_think:
+                base = asyncio.run(raw_loop(url, c, n, body))
+                alone = asyncio.run(agent_loop(url, c, n))
+                ours.append(rate), raw.append(base), layer.append(alone)
+                ratios.append(rate / base), layer_ratios.append(alone / base)
+            print(f"concurrency {c:3d}: dialogsim run {statistics.median(ours):7.0f} req/s | raw aiohttp "
+                  f"{statistics.median(raw):7.0f} req/s | ratio {statistics.median(ratios):.2f} "
+                  f"(rounds {min(ratios):.2f}..{max(ratios):.2f}; target >= 0.8) | agent layer alone "
+                  f"{statistics.median(layer):7.0f} req/s, ratio {statistics.median(layer_ratios):.2f} | "
+                  f"{n} requests per round")
+        if args.with_think and args.server == "trivial":
             c = args.concurrency[0]
-            rate, n = dialogsim_run(url, c, max(1, episodes // 10), args.durability, "uniform:1,4", "uniform:0.2,0.8")
-            print(f"concurrency {c:3d}, think uniform:1,4 and latency uniform:0.2,0.8: dialogsim run {rate:7.0f} req/s "
-                  f"({n} requests): live calls made at different virtual times are not overlapped")
+            few = max(1, episodes // 10)
+            slow = url.rstrip("/") + "/slow"
+            flat, n = dialogsim_run(slow, c, few, args.durability)
+            spread, _ = dialogsim_run(slow, c, few, args.durability, "uniform:1,4", "uniform:0.2,0.8")
+            raw_slow = asyncio.run(raw_loop(slow, c, n, body))
+            print(f"endpoint answering in {SLOW * 1000:.0f} ms, concurrency {c}: raw aiohttp {raw_slow:6.0f} req/s | "
+                  f"dialogsim think 0 {flat:6.0f} req/s | dialogsim think uniform:1,4 latency uniform:0.2,0.8 "
+                  f"{spread:6.0f} req/s ({n} requests)")
     finally:
         proc.terminate()
         proc.wait(timeout=10)
