@@ -125,17 +125,30 @@ def build_pack(dialogue_dirs: Iterable[str | Path], schema_paths: Iterable[str |
     return manifest
 
 
-def _entities(miner: Miner, services: dict[str, ServiceSchema]) -> tuple[dict[str, Any], list[str]]:
-    mined_values: dict[str, list[str]] = {}
+def _mined_values(miner: Miner, services: dict[str, ServiceSchema], rows: bool) -> dict[tuple[str, str], list[str]]:
+    """Values seen per (slot name, kind) in service calls (and result rows): material for generation."""
+    out: dict[tuple[str, str], set[str]] = {}
+
+    def add(svc: str, slot: str, values: Iterable[str]) -> None:
+        kind = _kind(services[svc].slots[slot])
+        values = [v for v in values if v != "dontcare"]
+        out.setdefault((slot, kind), set()).update(values)
+        out.setdefault((f"{services[svc].domain}/{slot}", kind), set()).update(values)
+
     for svc, slots in miner.params.items():
         for slot, cnt in slots.items():
-            mined_values.setdefault(slot, []).extend(v for v in cnt if v != "dontcare")
-    for svc, intents in miner.rows.items():
-        for rows in intents.values():
-            for row in rows:
-                for k, v in row:
-                    mined_values.setdefault(k, []).append(v)
-    mined_values = {k: sorted(set(v)) for k, v in mined_values.items()}
+            add(svc, slot, cnt)
+    if rows:
+        for svc, intents in miner.rows.items():
+            for table in intents.values():
+                for row in table:
+                    for k, v in row:
+                        add(svc, k, (v,))
+    return {k: sorted(v) for k, v in out.items()}
+
+
+def _entities(miner: Miner, services: dict[str, ServiceSchema]) -> tuple[dict[str, Any], list[str]]:
+    mined_values = _mined_values(miner, services, rows=True)
     entities: dict[str, Any] = {}
     generated: list[str] = []
     for name, svc in sorted(services.items()):
@@ -155,7 +168,7 @@ def _entities(miner: Miner, services: dict[str, ServiceSchema]) -> tuple[dict[st
                     # most rows keep an optional slot's default, so that a search leaving it out finds some
                     row = tuple(intent.optional_slots[c] if c in intent.optional_slots and rng.random() < 0.6
                                 and intent.optional_slots[c] not in ("", "dontcare") and c not in echo
-                                else generate(svc.slots[c], rng, mined_values) for c in cols)
+                                else generate(svc.slots[c], rng, mined_values, svc.domain) for c in cols)
                     if row not in seen:
                         seen.add(row)
                         table.append(list(row))
@@ -166,11 +179,7 @@ def _entities(miner: Miner, services: dict[str, ServiceSchema]) -> tuple[dict[st
 
 
 def _pools(miner: Miner, services: dict[str, ServiceSchema], entities: dict[str, Any]) -> dict[str, Any]:
-    mined_values: dict[str, list[str]] = {}
-    for slots in miner.params.values():
-        for slot, cnt in slots.items():
-            mined_values.setdefault(slot, []).extend(v for v in cnt if v != "dontcare")
-    mined_values = {k: sorted(set(v)) for k, v in mined_values.items()}
+    mined_values = _mined_values(miner, services, rows=False)
     pools: dict[str, Any] = {}
     for name, svc in sorted(services.items()):
         for slot, spec in svc.slots.items():
@@ -189,7 +198,7 @@ def _pools(miner: Miner, services: dict[str, ServiceSchema], entities: dict[str,
             if not vals:
                 rng = _seeded(name, slot, "pool")
                 for _ in range(POOL_SIZE):
-                    vals[generate(spec, rng, mined_values)] = None
+                    vals[generate(spec, rng, mined_values, svc.domain)] = None
             pools.setdefault(name, {})[slot] = list(vals)
     return pools
 

@@ -1,9 +1,11 @@
 """Slot-aware value generators for services without dialogues to mine (e.g. the test split's unseen ones).
 
 A value for a non-categorical slot comes, in order, from the schema's sample ``possible_values``, from
-values mined for a slot of the same name in any service, from values of mined slots sharing the slot's
-last word ("..._city", "..._time"), and finally from a generator chosen by keywords of the slot's name and
-description (times, dates, phone numbers, prices, counts, ratings, addresses, names).
+values mined for a slot of the same name and kind in any service, from mined slots of the same kind whose
+names carry a content word of this slot's name or description ("track", the name of a "song" ->
+song_name), from mined slots of the same kind sharing the last word of the name ("..._time"), and finally
+from a generator chosen by keywords of the slot's name and description (times, dates, phone numbers,
+prices, counts, ratings, addresses, names).
 """
 
 from __future__ import annotations
@@ -17,52 +19,105 @@ _STREETS = ["Main Street", "Oak Avenue", "Park Road", "Market Street", "El Camin
             "Mission Street", "Castro Street", "University Avenue", "Lincoln Way"]
 _WORDS = ["Blue", "Golden", "Silver", "Royal", "Green", "Sunset", "Harbor", "Maple", "Cedar", "Lakeside",
           "Grand", "Little", "Old Town", "Riverside", "Summit"]
-_NOUNS = {"hotel": "Inn", "restaurant": "Kitchen", "movie": "Story", "song": "Song", "album": "Album",
+_NOUNS = {"venue": "Hall", "stadium": "Stadium", "hotel": "Inn", "restaurant": "Kitchen", "movie": "Story", "song": "Song", "album": "Album",
           "event": "Festival", "theater": "Theater", "doctor": "Clinic", "salon": "Salon", "apartment": "Apartments",
           "property": "Residences", "station": "Station", "airport": "Airport", "car": "Sedan"}
 _PEOPLE = ["Alex Morgan", "Jamie Lee", "Sam Carter", "Taylor Reed", "Jordan Blake", "Casey Nguyen",
            "Riley Patel", "Morgan Diaz", "Avery Chen", "Quinn Foster"]
 
 
+_PERSON = ("artist", "director", "starring", "cast", "actor", "therapist", "stylist", "dentist", "doctor",
+           "contact", "receiver", "recipient", "performer", "celeb", "singer")
+
+
 def _kind(slot: SlotSchema) -> str:
-    """A coarse kind of a slot from its name and description."""
-    text = f"{slot.name} {slot.description}".lower()
+    """A coarse kind of a slot from its name and description (time, date, city, station, person, name...)."""
     name = slot.name.lower()
+    desc = slot.description.lower()
+    dwords = set(re.findall(r"[a-z]+", desc))
+    tokens = {t[:-1] if t.endswith("s") else t for t in name.split("_")}  # "account" is not a "count"
     for kind, words in (("time", ("time",)), ("date", ("date",)), ("phone", ("phone",)),
                         ("address", ("address", "street")),
                         ("money", ("price", "fare", "cost", "amount", "balance", "rent", "fee")),
-                        ("rating", ("rating",)), ("count", ("number", "num_", "count", "passenger", "seats",
-                                                              "tickets", "rooms", "riders", "travelers")),
-                        ("city", ("city", "location", "area", "destination", "origin")),
-                        ("person", ("artist", "director", "starring", "cast", "actor", "therapist", "stylist",
-                                    "dentist", "doctor", "contact", "receiver", "recipient"))):
-        if any(w in name for w in words):
+                        ("rating", ("rating",)), ("count", ("number", "num", "count", "passenger", "seat",
+                                                              "ticket", "room", "rider", "traveler")),
+                        ("station", ("station", "airport", "terminu"))):
+        if tokens.intersection(words):
             return kind
-    if "name" in name or "title" in name:
+    if "address" in dwords:
+        return "address"
+    if dwords & {"station", "airport", "terminus"}:
+        return "station"
+    if any(w in name for w in ("city", "location", "area", "destination", "origin")):
+        return "city"
+    if any(w in name for w in _PERSON) or (("name" in name or "title" in name or desc.startswith("name of"))
+                                           and any(w in desc for w in _PERSON)):
+        return "person"
+    if "name" in name or "title" in name or desc.startswith("name of"):
         return "name"
-    desc = slot.description.lower()
-    for kind, words in (("money", ("price", "cost", "fare", "amount")), ("city", ("city",)), ("date", ("date",)),
-                        ("time", ("time",)), ("address", ("address",)), ("rating", ("rating",)),
-                        ("count", ("number",))):
-        if any(w in desc.split() for w in words):
+    for kind, words in (("money", ("price", "cost", "fare", "amount")), ("city", ("city", "location")),
+                        ("date", ("date",)), ("time", ("time",)), ("rating", ("rating",)),
+                        ("count", ("number", "days", "length", "percentage", "speed", "temperature", "minutes"))):
+        if dwords & set(words):
             return kind
-    if "minutes" in text or "duration" in text:
+    if any(w in desc for w in _PERSON):
+        return "person"
+    if "minutes" in desc or "duration" in desc:
         return "count"
     return "other"
 
 
-def generate(slot: SlotSchema, rng: random.Random, mined: dict[str, list[str]]) -> str:
-    """One canonical value for ``slot``; ``mined`` maps slot names seen in real data to their values."""
+_VENUE_WORDS = frozenset("stadium theater theatre church center centre hall auditorium arena club airport station "
+                         "terminal street avenue road park museum gallery field stage restaurant hotel".split())
+
+
+def plausible(kind: str, value: str) -> bool:
+    """Whether a mined value can stand for a slot of this kind (a venue is not a city)."""
+    if kind == "city":
+        words = value.lower().replace("/", " ").split()
+        return not any(c.isdigit() for c in value) and len(words) <= 4 and not _VENUE_WORDS.intersection(words)
+    if kind == "time":
+        return bool(re.fullmatch(r"\d{1,2}:\d{2}", value))
+    if kind == "date":
+        return bool(re.fullmatch(r"\d{4}-\d{2}-\d{2}", value))
+    if kind in ("money", "count", "rating"):
+        return bool(re.fullmatch(r"[\d.]+", value))
+    return True
+
+
+_GENERIC = frozenset("name names number the and for with from that this where which what whether".split())
+
+
+def _cues(slot: SlotSchema) -> set[str]:
+    """Content words of a slot's name and description ("track", "song" for a song's track name)."""
+    words = re.findall(r"[a-z]{4,}", f"{slot.name.replace('_', ' ')} {slot.description}".lower())
+    return {w[:-1] if w.endswith("s") else w for w in words} - _GENERIC
+
+
+def similar_values(slot: SlotSchema, mined: dict[tuple[str, str], list[str]]) -> list[str]:
+    """Values of mined slots of the same kind whose names carry a content word of this slot."""
+    kind, cues = _kind(slot), _cues(slot)
+    out: list[str] = []
+    for name, k in sorted(mined):
+        if k == kind and "/" not in name and {w[:-1] if w.endswith("s") else w for w in name.split("_")} & cues:
+            out.extend(mined[(name, k)])
+    return out
+
+
+def generate(slot: SlotSchema, rng: random.Random, mined: dict[tuple[str, str], list[str]], domain: str = "") -> str:
+    """One canonical value for ``slot``; ``mined`` maps (slot name, kind) seen in real data to values, and
+    ("Domain/slot name", kind) to those of one domain (preferred: a movie genre is not a music genre)."""
     if slot.possible_values:
         return rng.choice(slot.possible_values)
-    pool = mined.get(slot.name)
+    kind = _kind(slot)
+    pool = mined.get((f"{domain}/{slot.name}", kind)) or mined.get((slot.name, kind)) or similar_values(slot, mined)
+    if not pool and kind not in ("count", "other", "name", "person"):
+        last = slot.name.rsplit("_", 1)[-1]
+        pool = [v for (name, k), vals in sorted(mined.items()) if k == kind and "/" not in name
+                and name.rsplit("_", 1)[-1] == last for v in vals]
+    pool = [v for v in pool if plausible(kind, v)]
     if pool:
         return rng.choice(pool)
-    last = slot.name.rsplit("_", 1)[-1]
-    similar = [v for name, vals in mined.items() if name.rsplit("_", 1)[-1] == last for v in vals]
-    kind = _kind(slot)
-    if similar and kind not in ("count", "other"):
-        return rng.choice(similar)
     if kind == "time":
         return f"{rng.randint(8, 21):02d}:{rng.choice((0, 15, 30, 45)):02d}"
     if kind == "date":
@@ -78,7 +133,8 @@ def generate(slot: SlotSchema, rng: random.Random, mined: dict[str, list[str]]) 
     if kind == "count":
         return str(rng.randint(1, 4))
     if kind == "city":
-        cities = mined.get("city") or ["San Francisco", "San Jose", "Oakland", "Los Angeles", "Seattle"]
+        cities = [v for v in mined.get(("city", "city"), []) if plausible("city", v)] or [
+            "San Francisco", "San Jose", "Oakland", "Los Angeles", "Seattle"]
         return rng.choice(cities)
     if kind == "person":
         return rng.choice(_PEOPLE)
