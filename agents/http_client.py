@@ -53,6 +53,21 @@ class _Fatal(Exception):
         self.fault = fault
 
 
+# Agent options every HTTP agent understands (the agents add their own).
+COMMON_OPTIONS = frozenset({
+    "connect_timeout", "read_timeout", "total_timeout", "retries", "concurrency", "max_response_bytes",
+    "verify_tls", "backoff_base", "backoff_max", "retry_after_max", "api_key_env", "price_in_per_1k",
+    "price_out_per_1k", "latency"})
+
+
+def check_options(options: Mapping[str, Any], spec: str, extra: frozenset[str]) -> None:
+    """A misspelt option would be silently ignored: name it instead, with the ones that exist."""
+    unknown = sorted(set(options) - COMMON_OPTIONS - extra)
+    if unknown:
+        known = ", ".join(sorted(COMMON_OPTIONS | extra))
+        raise UserError(f"unknown option {unknown[0]!r} for agent {spec} (known: {known})")
+
+
 def _number(options: Mapping[str, Any], key: str, default: float, *, integer: bool = False,
             minimum: float = 0.0) -> Any:
     raw = options.get(key)

@@ -24,7 +24,7 @@ from ..engine.events import (Act, AgentTurn, DialogueState, Event, Frame, ToolCa
                              UserTurn)
 from ..scenarios.base import EpisodeContext, ToolResult, ToolSpec
 from .base import AgentReply, Observation, ToolCall
-from .http_client import HttpPool, HttpSettings, ProtocolError, _number
+from .http_client import HttpPool, HttpSettings, ProtocolError, _number, check_options
 
 PROTOCOL = "dialogsim/1"
 
@@ -407,6 +407,7 @@ class NativeAgentFactory:
     def __init__(self, url: str, options: dict[str, Any]) -> None:
         if not url or not url.startswith(("http://", "https://")):
             raise UserError(f"bad agent spec 'http:{url}': expected http:http://HOST:PORT/PATH")
+        check_options(options, "http:", frozenset({"send_scenario"}))
         self.url = url
         self.settings = HttpSettings.from_options(options)
         key = api_key(options)

@@ -20,7 +20,7 @@ from ..engine.errors import UserError
 from ..engine.registry import register_agent
 from ..scenarios.base import EpisodeContext, ToolSpec
 from .base import AgentReply, Observation, ToolCall
-from .http_client import HttpPool, HttpSettings, ProtocolError, _number
+from .http_client import HttpPool, HttpSettings, ProtocolError, _number, check_options
 from .http_native import (AgentMessage, Message, ToolCallMessage, ToolResultMessage, TurnMeter, UserMessage,
                           api_key, history_messages, latency_mode, price_options)
 
@@ -218,6 +218,7 @@ class OpenAIAgentFactory:
     def __init__(self, base: str, options: dict[str, Any]) -> None:
         if not base or not base.startswith(("http://", "https://")):
             raise UserError(f"bad agent spec 'openai:{base}': expected openai:http://HOST:PORT (the API base URL)")
+        check_options(options, "openai:", frozenset({"model", "temperature", "system_prompt"}))
         self.model = str(options.get("model") or "")
         if not self.model:
             raise UserError("the openai agent needs a model: pass --agent-model NAME (agent option model=NAME)")

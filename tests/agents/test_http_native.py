@@ -159,6 +159,10 @@ def test_bad_options_and_specs_are_user_errors():
         http_agent_factory("http://127.0.0.1:1", None, {"verify_tls": "maybe"})
     with pytest.raises(UserError, match="http:"):
         http_agent_factory("ftp://x", None, {})
+    with pytest.raises(UserError, match="unknown option 'read_timout'.*read_timeout"):
+        http_agent_factory("http://127.0.0.1:1", None, {"read_timout": "1"})
+    with pytest.raises(UserError, match="unknown option 'model'"):
+        http_agent_factory("http://127.0.0.1:1", None, {"model": "gpt"})
     with pytest.raises(UserError, match="NO_SUCH_VAR_FOR_TEST"):
         http_agent_factory("http://127.0.0.1:1", None, {"api_key_env": "NO_SUCH_VAR_FOR_TEST"})
 
