@@ -268,3 +268,16 @@ def test_the_incremental_transcript_equals_the_messages_built_from_scratch():
         got = msgspec.json.decode(b"[" + b",".join(bytes(r) for r in raw) + b"]", type=list[Message])
         want = history_messages(history, user, res, last)
         assert got == want and step == calls_this_turn(want)
+
+
+def test_measured_latency_replaces_the_latency_model_only_when_asked():
+    """latency=measured: the agent turn's latency is the wall time of its requests (at least the server's
+    delay); by default the engine's seeded model decides (here fixed at 0)."""
+    app = faulty_app(EchoAgent, "native", plan=lambda key, attempt: None, delay=0.02)
+    with serve_in_thread(app) as url:
+        measured = run_batch(http_agent_factory(url, None, {"latency": "measured"}), episodes=1)
+        modelled = run_batch(http_agent_factory(url, None, {}), episodes=1)
+    assert all(t.latency >= 0.02 for t in measured.of_type("agent_turn"))
+    assert {t.latency for t in modelled.of_type("agent_turn")} == {0.0}
+    with pytest.raises(UserError, match="latency"):
+        http_agent_factory(url, None, {"latency": "guess"})
