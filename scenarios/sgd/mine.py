@@ -163,7 +163,34 @@ class Miner:
                             (svc.rsplit("_", 1)[0], _kind(spec) if spec else slot))
                         if slot:
                             self.by_slot[speaker][sig][svc][tuple(parts)] += 1
+        self._state_forms(dialogue)
         self.stat.add(dialogue, self.services)
+
+    def _state_forms(self, dialogue: dict[str, Any]) -> None:
+        """Surface forms only seen in dialogue states: a state lists every variant of a value, so a variant
+        next to one whose canonical the acts gave (in this dialogue) is a variant of that canonical too."""
+        canon: dict[tuple[str, str, str], str] = {}
+        for turn in dialogue.get("turns", []):
+            for frame in turn.get("frames", []):
+                for a in frame.get("actions", []):
+                    vals, cans = a.get("values", []), a.get("canonical_values", [])
+                    if a.get("slot") and len(vals) == len(cans):
+                        for v, c in zip(vals, cans):
+                            canon[(frame.get("service", ""), a["slot"], v)] = c
+        for turn in dialogue.get("turns", []):
+            for frame in turn.get("frames", []):
+                svc = frame.get("service")
+                state = frame.get("state")
+                if not state or svc not in self.services:
+                    continue
+                for slot, variants in state.get("slot_values", {}).items():
+                    found = [canon[(svc, slot, v)] for v in variants if (svc, slot, v) in canon]
+                    if len(set(found)) != 1:
+                        continue  # no canonical, or an ambiguous one
+                    forms = self.spoken[svc][slot][found[0]]
+                    for v in variants:
+                        if v not in forms:
+                            forms[v] += 1
 
     def _transferable(self, svc: str, parts: tuple) -> bool:
         """Whether a template avoids its domain's own words, so it may speak for another service.
