@@ -72,7 +72,7 @@ def _phrase(svc: ServiceSchema | None, slot: str) -> str:
     desc = svc.slots[slot].description if svc is not None and slot in svc.slots else ""
     text = desc.strip().rstrip(".") or slot.replace("_", " ")
     text = text[:1].lower() + text[1:]
-    for lead in ("boolean flag indicating ", "boolean flag for ", "flag indicating ", "denotes "):
+    for lead in ("boolean flag ", "flag ", "indicating ", "denoting ", "denotes ", "for "):
         if text.startswith(lead):
             text = text[len(lead):]
     for article in ("the ", "a ", "an "):
@@ -248,6 +248,15 @@ class Realizer:
             if tpls:
                 groups.append(_group([pos_of[idx[k]] for k in sub_order], acts, order, tpls))
                 continue
+            if len(idx) > 2:  # all but one act may have been said together: say the odd one apart
+                for odd in idx:
+                    rest = [i for i in idx if i != odd]
+                    sub, sub_order = signature([acts[i] for i in rest])
+                    tpls = self._lookup(speaker, service, sub)
+                    if tpls:
+                        groups.append(_group([pos_of[rest[k]] for k in sub_order], acts, order, tpls))
+                        idx = [odd]
+                        break
             if act_name == "OFFER":  # the entity's name first, as real systems do
                 idx = sorted(idx, key=lambda i: not _nameish(acts[i].slot))
             plain: list[int] = []  # acts left to the schema-phrased fallback, said together
