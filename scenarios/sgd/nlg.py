@@ -208,10 +208,20 @@ class Realizer:
         if bank is None:
             domain = service.rsplit("_", 1)[0]
             bank = {}
-            for other, sigs in self.banks.get(speaker, {}).items():
-                if other != service and other.rsplit("_", 1)[0] == domain:
-                    for sig, tpls in sigs.items():
-                        bank.setdefault(sig, []).extend(tpls)
+            target = self.services.get(service)
+            for other, sigs in sorted(self.banks.get(speaker, {}).items()):
+                if other == service or other.rsplit("_", 1)[0] != domain:
+                    continue
+                source = self.services.get(other)
+                if target is None or source is None:
+                    continue
+                slots, intents = _slot_map(source, target), _intent_map(source, target)
+                for sig, tpls in sigs.items():
+                    got = _translate(sig, slots, intents)
+                    if got is not None:
+                        new_sig, perm = got
+                        bank.setdefault(new_sig, []).extend(
+                            [[perm[p] if isinstance(p, int) else p for p in t] for t in tpls])
             self._domain[key] = bank
         return bank
 
@@ -347,6 +357,106 @@ def _compile(template: Template) -> tuple[tuple[str, ...], tuple[int, ...]]:
         else:
             lits[-1] += part
     return tuple(lits), tuple(refs)
+
+
+def _slot_map(source: ServiceSchema, target: ServiceSchema) -> dict[str, str]:
+    """Source slot -> target slot of the same meaning: same name, or a similar description, same kind of slot."""
+    from .values import _kind
+
+    out: dict[str, str] = {}
+    taken: set[str] = set()
+    for name in source.slots:
+        if name in target.slots:
+            out[name] = name
+            taken.add(name)
+    def words(spec: Any) -> set[str]:
+        return _words(f"{spec.name.replace('_', ' ')} {spec.description}")
+
+    # words most slots of either service mention ("car", "movie") or that only name a kind ("date") tell nothing
+    seen: dict[str, int] = {}
+    for spec in list(source.slots.values()) + list(target.slots.values()):
+        for w in words(spec):
+            seen[w] = seen.get(w, 0) + 1
+    vague = {w for w, n in seen.items() if n >= 4} | _words(" ".join(_KIND_WORDS)) | _KIND_WORDS
+    scored = []
+    for s_name, s_spec in source.slots.items():
+        if s_name in out:
+            continue
+        for t_name, t_spec in target.slots.items():
+            if t_name in taken or s_spec.is_categorical != t_spec.is_categorical or _kind(s_spec) != _kind(t_spec):
+                continue
+            shared = (words(s_spec) & words(t_spec)) - vague
+            if shared:
+                scored.append((-len(shared), s_name, t_name))
+    for _, s_name, t_name in sorted(scored):
+        if s_name not in out and t_name not in taken:
+            out[s_name] = t_name
+            taken.add(t_name)
+    # the only address (or phone, title...) of each service is the same thing whatever its name
+    by_kind: dict[tuple[str, str], list[str]] = {}
+    for side, svc in (("s", source), ("t", target)):
+        for name, spec in svc.slots.items():
+            if not spec.is_categorical and _kind(spec) not in ("other", "count", "money", "date", "time"):
+                by_kind.setdefault((side, _kind(spec)), []).append(name)
+    for (side, kind), names in by_kind.items():
+        others = by_kind.get(("t", kind), [])
+        if side == "s" and len(names) == 1 and len(others) == 1 and names[0] not in out and others[0] not in taken:
+            out[names[0]] = others[0]
+            taken.add(others[0])
+    return out
+
+
+_KIND_WORDS = {"date", "time", "city", "price", "number", "name", "cost", "addres", "address", "phone", "rating",
+               "location", "total", "per", "boolean", "flag", "indicating", "whether", "allowed", "has", "available",
+               "true", "false", "option", "possible"}
+
+
+def _intent_map(source: ServiceSchema, target: ServiceSchema) -> dict[str, str]:
+    """Intents both services share by name: an intent's wording ("rent the movie") is only reused for the
+    same intent, since similar ones (play the movie) would be said differently."""
+    return {name: name for name in source.intents if name in target.intents}
+
+
+def _translate(sig: str, slots: dict[str, str], intents: dict[str, str]) -> tuple[str, list[int]] | None:
+    """A signature of one service in another's slot and intent names, and the placeholder permutation."""
+    tokens: list[tuple[str, int]] = []  # (target token, placeholder count), in source order
+    for tok in sig.split("+"):
+        if "(" not in tok:
+            tokens.append((tok, 0))
+            continue
+        act, inside = tok[:-1].split("(", 1)
+        if "=" in inside:
+            slot, vals = inside.split("=", 1)
+            if act.endswith("_INTENT"):
+                names = [intents.get(v) for v in vals.split("|")]
+                if None in names:
+                    return None
+                tokens.append((f"{act}({slot}={'|'.join(names)})", 0))
+            elif slot in slots:
+                tokens.append((f"{act}({slots[slot]}={vals})", 0))
+            else:
+                return None
+            continue
+        slot, _, n = inside.partition("*")
+        if slot not in slots:
+            return None
+        count = int(n) if n else (0 if act == "REQUEST" else 1)
+        tokens.append((f"{act}({slots[slot]}{'*' + n if n else ''})", count))
+    order = sorted(range(len(tokens)), key=lambda k: tokens[k][0])
+    new_sig = "+".join(tokens[k][0] for k in order)
+    if len(set(t for t, _ in tokens)) != len(tokens) and new_sig != sig:
+        return None  # two acts fell onto one token: placeholders would be ambiguous
+    start, pos = {}, 0
+    for k, (_, count) in enumerate(tokens):
+        start[k] = pos
+        pos += count
+    perm = [0] * pos
+    new_pos = 0
+    for k in order:
+        for j in range(tokens[k][1]):
+            perm[start[k] + j] = new_pos
+            new_pos += 1
+    return new_sig, perm
 
 
 def _words(text: str) -> set[str]:

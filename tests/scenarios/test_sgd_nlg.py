@@ -150,3 +150,20 @@ def test_act_order_does_not_matter(pack):
     for acts in ([a, b, c], [c, b, a], [b, c, a]) * 20:
         text, spans = pack.realizer.realize("USER", "Restaurants_2", acts, rng)
         _check(pack, "Restaurants_2", acts, text, spans)
+
+
+def test_unseen_service_speaks_with_its_domains_templates(pack):
+    """Restaurants_1 (no dialogues) reuses Restaurants_2's wordings with its own slot names (city, cuisine)."""
+    rng = random.Random(6)
+    acts = [Act(act="REQUEST", slot="city"), Act(act="REQUEST", slot="cuisine")]
+    sig, _ = signature(acts)
+    assert sig not in pack.realizer.banks["SYSTEM"].get("Restaurants_1", {})
+    assert pack.realizer._lookup("SYSTEM", "Restaurants_1", sig)
+    acts = [Act(act="INFORM", slot="city", values=["Dublin"]), Act(act="INFORM", slot="cuisine", values=["Thai"]),
+            Act(act="INFORM_INTENT", slot="intent", values=["FindRestaurants"])]
+    texts = set()
+    for _ in range(50):
+        text, spans = pack.realizer.realize("USER", "Restaurants_1", acts, rng)
+        _check(pack, "Restaurants_1", acts, text, spans)
+        texts.add(text)
+    assert len(texts) >= 10
