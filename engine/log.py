@@ -178,8 +178,7 @@ class LogWriter:
         """Queue one event; it reaches the file at the next flush."""
         buffer = self._buffer
         _encode_into(event, buffer, -1)
-        buffer.extend(b"\n")
-        self.events_written += 1
+        buffer.append(10)  # b"\n"; JSON escapes newlines inside strings, so a line is one event
         if len(buffer) >= _FLUSH_BYTES:
             self.flush()
 
@@ -191,6 +190,7 @@ class LogWriter:
     def flush(self) -> None:
         """Hand buffered events to the OS."""
         if self._buffer:
+            self.events_written += self._buffer.count(b"\n")
             self._file.write(self._buffer)
             self._buffer.clear()
             self._dirty = True

@@ -19,9 +19,24 @@ def configure_logging(fmt: str = "console", level: str = "info") -> None:
             renderer,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(getattr(logging, level.upper())),
-        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+        logger_factory=_StderrLogger,
         cache_logger_on_first_use=False,
     )
+
+
+class _StderrLogger:
+    """Writes each rendered line to whatever ``sys.stderr`` is now, not to the one seen at configuration.
+
+    (A test harness or an embedding program may replace and close stderr between runs.)
+    """
+
+    def __init__(self, *args: object) -> None:
+        pass
+
+    def msg(self, message: str) -> None:
+        print(message, file=sys.stderr, flush=True)
+
+    log = debug = info = warn = warning = error = critical = exception = fatal = msg
 
 
 def get_logger(name: str) -> structlog.typing.FilteringBoundLogger:

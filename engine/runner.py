@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Generator, Iterable
-from functools import partial
 from typing import Any
 
 import msgspec
@@ -147,7 +146,7 @@ class Batch:
         self.user_spec = user_spec
         self.agent_spec = agent_spec
         self.on_episode_end = on_episode_end
-        self.env = simpy.Environment()
+        self.env = simpy.Environment(initial_time=0.0)  # a float clock: t is always encoded as a float
         self.driver = Driver(self.env)
 
     async def run(self, jobs: Iterable[Job]) -> None:
@@ -178,10 +177,12 @@ class Batch:
             yield slot
             yield from self._episode(job)
 
-    def _call(self, rec: _Recorder, result: Any) -> Generator[Any, Any, Any]:
-        """Wait for an awaitable through the driver, at this episode's virtual time."""
+    def _call(self, rec: _Recorder, awaitable: Any, due: float) -> Generator[Any, Any, Any]:
+        """Start an awaitable at this episode's virtual time and take its result at virtual time ``due``."""
         yield from rec.sync()
-        return (yield self.driver.wait(result))
+        future, wake = self.driver.start(awaitable, due)
+        yield wake
+        return future.result()
 
     def _episode(self, job: Job) -> Generator[Any, Any, None]:
         env, settings = self.env, self.settings
@@ -202,9 +203,9 @@ class Batch:
             agent = self.make_agent()
             world = self.scenarios.world(scenario, stream(seed, "world"))
             user.start(EpisodeContext(episode_id=rec.ep, scenario=scenario, tools=tools,
-                                      rng=partial(stream, seed, "user"), seed=seed))
+                                      rng=stream(seed, "user"), seed=seed))
             agent.start(EpisodeContext(episode_id=rec.ep, scenario=scenario, tools=tools,
-                                       rng=partial(stream, seed, "agent"), seed=seed))
+                                       rng=stream(seed, "agent"), seed=seed))
             history: list[Event] = []
             think, latency_model = settings.think.sample, settings.latency.sample
             user_respond, agent_respond = user.respond, agent.respond
@@ -227,6 +228,8 @@ class Batch:
                     rec.seq += 1
                 history.append(said)
                 turn += 1
+                # Sampled before the call: a live agent's reply is due at a fixed virtual time.
+                latency = latency_model(timing)
                 # Fast path: a plain reply without tool calls or faults needs no generator of its own.
                 obs = Observation(user=said, history=history, tool_results=[], turn_index=turn)
                 if replay_agent and rec.seq < len(rec.tape):
@@ -239,8 +242,9 @@ class Batch:
                 if type(first) is AgentReply and not first.tool_calls and not first.faults:
                     answer = first
                 else:
-                    answer = yield from self._agent_turn(rec, agent, world, obs, history, first)
-                latency = answer.latency if answer.latency is not None else latency_model(timing)
+                    answer = yield from self._agent_turn(rec, agent, world, obs, history, first, rec.t + latency)
+                if answer.latency is not None:  # a live agent's measured latency, when it reports one
+                    latency = answer.latency
                 rec.t += latency
                 spoken = AgentTurn(run=run_id, ep=ep, seq=rec.seq, t=rec.t, wall=_now_ns(), turn=turn,
                                    utterance=answer.utterance, frames=answer.frames, state=answer.state,
@@ -286,15 +290,19 @@ class Batch:
         try:
             reply = _unwrap(first)
             if hasattr(reply, "__await__"):
-                reply = yield from self._call(rec, reply)
+                reply = yield from self._call(rec, reply, rec.t)
             return reply
         except Exception as exc:
             rec.emit(Fault, who="user", kind="exception", detail=_describe(exc))
             raise _EpisodeError(f"user failed: {_describe(exc)}") from None
 
     def _agent_turn(self, rec: _Recorder, agent: Any, world: Any, obs: Observation, history: list[Event],
-                    first: Any) -> Generator[Any, Any, AgentReply]:
-        """The agent's turn with everything the fast path skips: awaitables, tool rounds, faults, replay."""
+                    first: Any, due: float) -> Generator[Any, Any, AgentReply]:
+        """The agent's turn with everything the fast path skips: awaitables, tool rounds, faults, replay.
+
+        The first live call of the turn is due when the turn's modelled latency has passed; calls after
+        tool rounds are due at once (the engine's virtual time stands still for them).
+        """
         for _ in range(self.settings.max_tool_rounds + 1):
             try:
                 if first is _MISSING:
@@ -304,7 +312,8 @@ class Batch:
                 else:
                     answer, first = _unwrap(first), _MISSING
                 if hasattr(answer, "__await__"):
-                    answer = yield from self._call(rec, answer)
+                    answer = yield from self._call(rec, answer, due)
+                    due = self.env.now
             except AgentFailure as exc:
                 for f in exc.faults:
                     rec.emit(Fault, who="agent", kind=f.kind, detail=f.detail, attempt=f.attempt)

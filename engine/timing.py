@@ -20,9 +20,17 @@ class Delay:
     a: float = 0.0
     b: float = 0.0
 
+    def __post_init__(self) -> None:
+        # The engine calls sample() twice per exchange: bind the common kinds to one small function.
+        a, width = self.a, self.b - self.a
+        if self.kind == "uniform":
+            object.__setattr__(self, "sample", lambda rng: a + width * rng.random())
+        elif self.kind == "fixed":
+            object.__setattr__(self, "sample", lambda rng: a)
+
     def sample(self, rng: random.Random) -> float:
         """One delay (>= 0)."""
-        if self.kind == "uniform":  # inlined rng.uniform: this runs twice per exchange
+        if self.kind == "uniform":
             return self.a + (self.b - self.a) * rng.random()
         if self.kind == "fixed":
             return self.a

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import random
-from typing import Any, Callable, Protocol
+from typing import Any, Protocol
 
 import msgspec
 
@@ -65,25 +65,11 @@ class ScenarioSet(Protocol):
         ...
 
 
-class EpisodeContext:
-    """What a user or agent is told when its episode starts; ``rng`` is its own random stream.
+class EpisodeContext(msgspec.Struct, kw_only=True):
+    """What a user or agent is told when its episode starts; ``rng`` is its own random stream."""
 
-    ``rng`` may be given as a zero-argument function: it is then made on first use, since seeding a
-    Mersenne Twister costs microseconds that scripted parts, which never draw, should not pay.
-    """
-
-    __slots__ = ("episode_id", "scenario", "tools", "seed", "_rng")
-
-    def __init__(self, *, episode_id: str, scenario: Scenario, tools: list[ToolSpec],
-                 rng: random.Random | Callable[[], random.Random], seed: int) -> None:
-        self.episode_id = episode_id
-        self.scenario = scenario
-        self.tools = tools
-        self.seed = seed
-        self._rng = rng
-
-    @property
-    def rng(self) -> random.Random:
-        if not isinstance(self._rng, random.Random):
-            self._rng = self._rng()
-        return self._rng
+    episode_id: str
+    scenario: Scenario
+    tools: list[ToolSpec]
+    rng: random.Random
+    seed: int
