@@ -194,7 +194,7 @@ class Batch:
         timing = stream(seed, "timing")
         tools = self.scenarios.tools(scenario)
         rec.emit(EpisodeStarted, scenario_id=scenario.id, trial=trial, seed=seed,
-                 scenario=msgspec.to_builtins(scenario), user=self.user_spec, agent=self.agent_spec)
+                 scenario={"id": scenario.id, "kind": scenario.kind, "data": scenario.data}, user=self.user_spec, agent=self.agent_spec)
         outcome: tuple[str, str, dict[str, Any]] | None = None
         turn = 0
         user = None

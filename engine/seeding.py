@@ -25,7 +25,7 @@ def episode_seed(master_seed: int, scenario_id: str, trial: int) -> int:
 
 def stream(seed: int, name: str) -> random.Random:
     """An independent random stream of an episode, so swapping the agent leaves the user's draws unchanged."""
-    return LazyRandom(stable_hash("stream", seed, name))
+    return LazyRandom(("stream", seed, name))
 
 
 class LazyRandom(random.Random):
@@ -36,13 +36,14 @@ class LazyRandom(random.Random):
     seed the generator first: the sequence is exactly ``random.Random(seed)``'s.
     """
 
-    def __init__(self, seed: int) -> None:  # deliberately no super().__init__: that would seed now
-        self._lazy_seed: int | None = seed
+    def __init__(self, seed: int | tuple) -> None:  # deliberately no super().__init__: that would seed now
+        # A tuple seed is hashed with stable_hash on waking: unused streams cost neither hash nor seeding.
+        self._lazy_seed: int | tuple | None = seed
         self.gauss_next = None
 
     def _wake(self) -> None:
         seed, self._lazy_seed = self._lazy_seed, None
-        super().seed(seed)
+        super().seed(stable_hash(*seed) if isinstance(seed, tuple) else seed)
         # Later draws skip the check: the C methods shadow these Python ones on the instance.
         self.random = super().random  # type: ignore[method-assign]
         self.getrandbits = super().getrandbits  # type: ignore[method-assign]
