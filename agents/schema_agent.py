@@ -11,6 +11,7 @@ whether there is anything else (REQ_MORE); say goodbye. Utterances come from the
 
 from __future__ import annotations
 
+import itertools
 import random
 from typing import Any
 
@@ -20,6 +21,7 @@ from .base import AgentReply, Observation, ToolCall
 from .nlu import ValueMatcher
 
 _NAMEISH = ("name", "title", "airlines", "car_name", "operator")
+_LITERAL = frozenset(("OFFER_INTENT", "INFORM_COUNT"))  # acts whose value is said as it is
 
 
 def _act_key(a: Act) -> tuple[str, str]:
@@ -43,7 +45,7 @@ class _Service:
         self.txn = [i["name"] for i in schema["intents"] if i.get("is_transactional")]
         self.offer_slots: dict[str, list[str]] = {}
         self.results = {i["name"]: set(i.get("result_slots", ())) for i in schema["intents"]}
-        self.mined_offers: dict[str, tuple[list[tuple[str, ...]], list[int]] | None] = {}
+        self.mined_offers: dict[str, tuple[list[tuple[str, ...]], list[int]] | None] = {}  # sets, cum. weights
         self.sources: dict[str, list[tuple[str, str]]] | None = None  # slot -> (domain, slot) it is carried from
         self.possible = {s["name"]: set(s.get("possible_values") or ()) for s in schema["slots"]}
         for i in schema["intents"]:
@@ -90,14 +92,14 @@ def _mined_offer_sets(pack: Any, name: str, svc: _Service, intent: str) -> tuple
     if not counts:
         return None
     sets = sorted(counts)
-    return sets, [counts[k] for k in sets]
+    return sets, list(itertools.accumulate(counts[k] for k in sets))
 
 
 class _Track:
     """The agent's belief about one service: intent, values, entity on the table, pending confirmation."""
 
     __slots__ = ("intent", "canon", "spoken", "requested", "results", "pos", "offered", "selected", "booked",
-                 "changed", "confirming", "done", "version", "_state", "_key", "proposal")
+                 "changed", "confirming", "done", "version", "_state", "_version", "proposal")
 
     def __init__(self) -> None:
         self.intent: str | None = None
@@ -115,16 +117,19 @@ class _Track:
         self.proposal: list[Act] | None = None  # a REQUEST with a proposed value, awaiting AFFIRM
         self.version = 0  # bumped whenever ``spoken`` changes, so the exposed state is rebuilt only then
         self._state: DialogueState | None = None
-        self._key: tuple = ()
+        self._version = -1  # ``version`` when ``_state`` was built
 
     def state(self) -> DialogueState:
         """The tracked state as SGD's DialogueState (reused while nothing changed; never mutated)."""
-        key = (self.intent, tuple(self.requested), self.version)
-        if self._state is None or key != self._key:
-            self._key = key
-            self._state = DialogueState(active_intent=self.intent or "NONE", requested_slots=list(self.requested),
-                                        slot_values={k: sorted(v) for k, v in self.spoken.items()})
-        return self._state
+        st = self._state
+        if (st is None or self._version != self.version or st.requested_slots != self.requested
+                or st.active_intent != (self.intent or "NONE")):
+            self._version = self.version
+            # fresh lists: ``spoken``'s own lists grow later, a logged state must not
+            st = self._state = DialogueState(
+                active_intent=self.intent or "NONE", requested_slots=list(self.requested),
+                slot_values={k: (v[:] if len(v) == 1 else sorted(v)) for k, v in self.spoken.items()})
+        return st
 
 
 class SchemaAgent:
@@ -212,8 +217,11 @@ class SchemaAgent:
     def _accept(self, name: str, acts: list[Act] | None, change: bool = False) -> None:
         """Values the system said and the user accepted become part of the tracked state (values of the
         entity on the table are no reason to search again; a proposed value from elsewhere is)."""
-        t, svc = self._track(name), self._service(name)
-        for a in acts or ():
+        if not acts:
+            return
+        t = self.tracks.get(name) or self._track(name)
+        svc = self._services.get(name) or self._service(name)
+        for a in acts:
             if a.canonical_values and a.values:
                 self._set(t, svc, a.slot, a.canonical_values[0], a.values[0], change=change)
 
@@ -235,8 +243,10 @@ class SchemaAgent:
 
     def _policy(self, acts: list[tuple[str, Act]], user_end: bool) -> AgentReply:
         kinds = {a.act for _, a in acts}
-        for t in self.tracks.values():
-            t.requested = []
+        tracks, services = self.tracks, self._services
+        for t in tracks.values():
+            if t.requested:
+                t.requested = []
         # the service the user is talking about: the one with a new intent, else the last one spoken of
         for name, a in acts:
             if a.act == "INFORM_INTENT" or self.current is None:
@@ -244,13 +254,15 @@ class SchemaAgent:
         name = self.current
         if name is None:
             return self._say(None, [("REQ_MORE", "", None)], end=False)
-        t, svc = self._track(name), self._service(name)
+        t = tracks.get(name) or self._track(name)
+        svc = services.get(name) or self._service(name)
         confirming, proposal = t.confirming, t.proposal
         t.confirming = t.proposal = None
         if "NEGATE_INTENT" in kinds or ("NEGATE" in kinds and "REQ_MORE" in self.last and "INFORM" not in kinds):
             t.intent = None  # SGD's state has no active intent after "no" to an offer or to "anything else?"
         for s, a in acts:
-            ts, ss = self._track(s), self._service(s)
+            ts = tracks.get(s) or self._track(s)
+            ss = services.get(s) or self._service(s)
             if a.act == "INFORM_INTENT" and a.values:
                 intent = a.canonical_values[0] if a.canonical_values else a.values[0]
                 if intent in ss.required and (intent != ts.intent or intent in ts.done):
@@ -382,12 +394,14 @@ class SchemaAgent:
 
     def _offer(self, name: str, t: _Track, row: dict[str, Any]) -> list:
         t.offered = row
-        svc = self._service(name)
-        sets = svc.mined_offers.get(t.intent)
-        if sets is None:
-            sets = svc.mined_offers[t.intent] = _mined_offer_sets(self.pack, name, svc, t.intent)
+        svc = self._services.get(name) or self._service(name)
+        mined = svc.mined_offers
+        if t.intent in mined:  # None (no mined sets) is cached too
+            sets = mined[t.intent]
+        else:
+            sets = mined[t.intent] = _mined_offer_sets(self.pack, name, svc, t.intent)
         if sets:
-            slots = self.rng.choices(sets[0], sets[1])[0]
+            slots = self.rng.choices(sets[0], cum_weights=sets[1])[0]  # as weights=, without re-summing
             if all(s in row and row[s] not in (None, "") for s in slots):
                 return [("OFFER", s, row[s]) for s in slots]
         slots = svc.offer_slots.get(t.intent, ())
@@ -401,27 +415,30 @@ class SchemaAgent:
 
     def _say(self, name: str | None, acts: list[tuple[str, str, Any]], end: bool) -> AgentReply:
         """Realize the acts (spoken variants via the pack), remember what was said, expose the state."""
-        self.last = {a[0] for a in acts}
-        self._expecting = [a[1] for a in acts if a[0] == "REQUEST"]
+        last = self.last = {a[0] for a in acts}
+        self._expecting = [a[1] for a in acts if a[0] == "REQUEST"] if "REQUEST" in last else []
         frames: list[Frame] = []
         utterance = ""
         if name is not None:
-            svc = self._service(name)
+            svc = self._services.get(name) or self._service(name)
+            categorical, pack, rng = svc.categorical, self.pack, self.rng
             built: list[Act] = []
             for act, slot, value in acts:
                 if value is None:
                     built.append(Act(act=act, slot=slot))
                     continue
-                value = str(value)
-                if act in ("OFFER_INTENT", "INFORM_COUNT") or slot in svc.categorical or value == "dontcare":
+                if type(value) is not str:
+                    value = str(value)
+                if act in _LITERAL or slot in categorical or value == "dontcare":
                     spoken = value
                 else:
-                    spoken = self.pack.spoken(name, slot, value, self.rng)
+                    spoken = pack.spoken(name, slot, value, rng)
                 built.append(Act(act=act, slot=slot, values=[spoken], canonical_values=[value]))
-            built.sort(key=_act_key)  # one order per signature (the realizer caches plans by signature)
-            utterance, spans = self.pack.realizer.realize("SYSTEM", name, built, self.rng)
+            if len(built) > 1:
+                built.sort(key=_act_key)  # one order per signature (the realizer caches plans by signature)
+            utterance, spans = pack.realizer.realize("SYSTEM", name, built, rng)
             frames.append(Frame(service=name, actions=built, slots=spans))
-            if "OFFER" in self.last:
+            if "OFFER" in last:
                 self._offer_acts[name] = [a for a in built if a.act == "OFFER"]
         state = {n: t.state() for n, t in self.tracks.items()}
         return AgentReply(utterance=utterance, frames=frames, state=state, end=end)

@@ -88,6 +88,11 @@ def _act_key(a: Act) -> tuple[str, str]:
     return (a.act, a.slot)
 
 
+def _closing(items: Any) -> bool:
+    """A "no" that closes the dialogue: the turn thanks and informs nothing."""
+    return any(i[1] == "THANK_YOU" for i in items) and not any(i[1] == "INFORM" for i in items)
+
+
 def _same(a: str | None, b: str | None) -> bool:
     return a is not None and b is not None and (a == b or a.lower() == b.lower())
 
@@ -147,14 +152,24 @@ class AgendaUser:
             out = self._opening()
             return self._reply(out, end=False)
         self.turns += 1
-        acts = [(f.service, a) for f in agent.frames for a in f.actions]
-        if any(a.act == "GOODBYE" for _, a in acts) or agent.end:
+        acts = []
+        sig = []
+        goodbye = agent.end
+        for f in agent.frames:
+            s = f.service
+            for a in f.actions:
+                acts.append((s, a))
+                sig.append((s, a.act, a.slot, tuple(a.canonical_values)))
+                if a.act == "GOODBYE":
+                    goodbye = True
+        if goodbye:
             self.ended = True
             if not self.left and not self._all_done():
                 self.left = "the system closed the dialogue before the goal was met"
             return None
         # a turn the user has heard before (the same acts) or an empty one brings nothing new
-        signature = tuple(sorted((s, a.act, a.slot, tuple(a.canonical_values)) for s, a in acts))
+        sig.sort()
+        signature = tuple(sig)
         if not acts or signature in self.heard:
             self.useless += 1
         else:
@@ -344,7 +359,7 @@ class AgendaUser:
         if self.repair:  # the noise model made us misspeak last turn: correct it first
             out += self.repair
             self.repair = []
-        sub = self._cur()
+        sub = self.subs[self.idx] if self.idx < len(self.subs) else None
         if sub is None:  # everything settled, the system keeps talking
             return out, self._finish(out, self.subs[-1].service, True)
         svc = sub.service
@@ -583,7 +598,8 @@ class AgendaUser:
 
     def _accept(self, service: str, act: Act) -> None:
         """The user takes on a value the system said (a confirmed, proposed or selected one) into the state."""
-        if act.slot not in self._service(service).args or not act.canonical_values or not act.values:
+        if (act.slot not in (self._services.get(service) or self._service(service)).args
+                or not act.canonical_values or not act.values):
             return
         canon, spoken = act.canonical_values[0], act.values[0]
         cur = self.canon.setdefault(service, {})
@@ -621,7 +637,17 @@ class AgendaUser:
         texts: list[str] = []
         offset = 0
         first = noisy[0][0] if noisy else ""
-        if all(item[0] == first for item in noisy) and all(item[0] == first for item in out):
+        one = True  # one service spoken about: the common case, no grouping needed
+        for item in noisy:
+            if item[0] != first:
+                one = False
+                break
+        if one and noisy is not out:
+            for item in out:
+                if item[0] != first:
+                    one = False
+                    break
+        if one:
             order, grouped, true_by_service = [first] if noisy else [], {first: noisy}, {first: out}
         else:  # a turn over two services (thanks for one, a new intent for the other)
             order, grouped, true_by_service = [], {}, {}
@@ -632,6 +658,8 @@ class AgendaUser:
                 grouped[item[0]].append(item)
             for item in out:
                 true_by_service.setdefault(item[0], []).append(item)
+        said = self.spoken
+        realize = self.pack.realizer.realize
         for service in order:
             acts: list[Act] = []
             requested: list[str] = []
@@ -639,15 +667,18 @@ class AgendaUser:
                 if act == "INFORM_INTENT":
                     acts.append(Act(act=act, slot="intent", values=[value], canonical_values=[value]))
                 elif value is not None:
-                    acts.append(Act(act=act, slot=slot, values=[self._say(service, slot, value)],
-                                    canonical_values=[value]))
+                    spoken = said.get((service, slot, value))
+                    if spoken is None:
+                        spoken = self._say(service, slot, value)
+                    acts.append(Act(act=act, slot=slot, values=[spoken], canonical_values=[value]))
                 else:
                     acts.append(Act(act=act, slot=slot))
                     if act == "REQUEST":
                         requested.append(slot)
-            acts.sort(key=_act_key)  # one order per signature (the realizer caches plans by signature)
+            if len(acts) > 1:
+                acts.sort(key=_act_key)  # one order per signature (the realizer caches plans by signature)
             self._update_state(service, true_by_service.get(service, ()))
-            text, spans = self.pack.realizer.realize("USER", service, acts, self.rng)
+            text, spans = realize("USER", service, acts, self.rng)
             if offset:
                 spans = [type(sp)(slot=sp.slot, start=sp.start + offset, exclusive_end=sp.exclusive_end + offset)
                          for sp in spans]
@@ -664,18 +695,17 @@ class AgendaUser:
 
     def _update_state(self, service: str, items: Any) -> None:
         """Fold the acts the user meant into the state: intent, informed values (true, not noisy)."""
-        svc = self._service(service)
-        closing = any(i[1] == "THANK_YOU" for i in items) and not any(i[1] == "INFORM" for i in items)
+        args = (self._services.get(service) or self._service(service)).args
         for _, act, slot, value in items:
             if act == "INFORM_INTENT":
                 self.active[service] = value
-            elif act == "NEGATE_INTENT" or (act == "NEGATE" and closing):
+            elif act == "NEGATE_INTENT" or (act == "NEGATE" and _closing(items)):
                 self.active[service] = "NONE"  # as SGD annotates a refused intent or "no, thanks"
             elif act == "AFFIRM_INTENT":
                 sub = self._cur()
                 if sub is not None and sub.service == service:
                     self.active[service] = sub.intent
-            elif act == "INFORM" and value is not None and slot in svc.args:
+            elif act == "INFORM" and value is not None and slot in args:
                 cur = self.canon.setdefault(service, {})
                 vals = self.values.setdefault(service, {})
                 spoken = self._say(service, slot, value)
