@@ -21,6 +21,7 @@ from ...engine.errors import UserError
 from .mine import Miner, iter_dialogues
 from .pack import FORMAT, MANIFEST, VERSION, _read, is_pack_dir
 from .schema import ServiceSchema, load_schemas
+from .pairs import order_dates, slot_pairs
 from .values import _kind, generate
 
 GENERATED_ROWS = 40
@@ -169,6 +170,7 @@ def _entities(miner: Miner, services: dict[str, ServiceSchema]) -> tuple[dict[st
                     row = tuple(intent.optional_slots[c] if c in intent.optional_slots and rng.random() < 0.6
                                 and intent.optional_slots[c] not in ("", "dontcare") and c not in echo
                                 else generate(svc.slots[c], rng, mined_values, svc.domain) for c in cols)
+                    row = _sensible(svc, cols, row, rng, mined_values)
                     if row not in seen:
                         seen.add(row)
                         table.append(list(row))
@@ -176,6 +178,24 @@ def _entities(miner: Miner, services: dict[str, ServiceSchema]) -> tuple[dict[st
                     generated.append(name)
             entities.setdefault(name, {})[intent.name] = {"columns": cols, "rows": table, "echo": echo}
     return entities, generated
+
+
+def _sensible(svc: ServiceSchema, cols: list[str], row: tuple[str, ...], rng: random.Random,
+              mined_values: dict[tuple[str, str], list[str]]) -> tuple[str, ...]:
+    """A generated row whose trip ends differ and whose end dates follow start dates (columns drawn alone
+    would give flights from San Francisco to San Francisco returning before they leave)."""
+    places, dates = slot_pairs(cols)
+    if not places and not dates:
+        return row
+    values = dict(zip(cols, row))
+    for a, b in places:
+        for _ in range(20):
+            if values[a].lower() != values[b].lower():
+                break
+            values[b] = generate(svc.slots[b], rng, mined_values, svc.domain)
+    for a, b in dates:
+        order_dates(values, a, b, rng)
+    return tuple(values[c] for c in cols)
 
 
 def _pools(miner: Miner, services: dict[str, ServiceSchema], entities: dict[str, Any]) -> dict[str, Any]:

@@ -27,7 +27,8 @@ from typing import Any
 
 from .pack import Pack
 from .schema import IntentSchema, ServiceSchema
-from .values import _kind
+from .pairs import is_date, order_dates, slot_pairs
+from .values import _kind, plausible
 from .world import _tables_of
 
 _ANY = ("dontcare", "")
@@ -121,47 +122,98 @@ def _link(pack: Pack, prev_svc: ServiceSchema, prev_intent: IntentSchema, svc: S
 
 def _compute_link(pack: Pack, prev_svc: ServiceSchema, prev_intent: IntentSchema, svc: ServiceSchema,
                   intent: IntentSchema) -> dict[str, str]:
-    """Same-service chains share slot names; across services use mined transfers, else same names or cities."""
+    """Same-service chains share slot names; across services use mined transfers, else same names or cities.
+
+    Across services a source slot feeds one target at most (a bus does not go from the rental station to
+    the same station) and only between slots whose values are of one kind (a station is not a city).
+    """
     inputs = list(intent.required_slots) + list(intent.optional_slots)
     results = set(prev_intent.result_slots) | set(prev_intent.required_slots) | set(prev_intent.optional_slots)
     if prev_svc.name == svc.name:
         # a booking takes everything over; a second search (one-way, then round trip) only what it needs
         keep = inputs if intent.is_transactional else intent.required_slots
         return {s: s for s in keep if s in results}
-    link: dict[str, str] = {}
-    best: dict[str, int] = {}
+    starts = {a for a, _ in _pairs(pack, svc)[0] + _pairs(pack, svc)[1]}
+    cands: list[tuple[int, int, str, str]] = []  # (-count, end side, target, source)
     da, db = prev_svc.domain, svc.domain
     for key, n in pack.stats.get("transfers", {}).items():
         left, right = key.split(">")
         (dom_a, slot_a), (dom_b, slot_b) = left.split(".", 1), right.split(".", 1)
         if (dom_a == da and dom_b == db and slot_b in inputs and slot_a in results and n >= 2
-                and n > best.get(slot_b, 0) and not svc.is_categorical(slot_b)):
-            best[slot_b] = n
-            link[slot_b] = slot_a
-    if link:
-        return link
-    for s in inputs:
-        if s in results and not svc.is_categorical(s):
-            link[s] = s
-        elif _kind(svc.slots[s]) == "city":
-            cand = [r for r in sorted(results) if _kind(prev_svc.slots[r]) == "city"]
-            if cand:
-                link[s] = cand[0]
+                and not svc.is_categorical(slot_b)
+                and _compatible(_vkind(pack, prev_svc.name, slot_a), _vkind(pack, svc.name, slot_b))):
+            cands.append((-n, slot_b not in starts, slot_b, slot_a))
+    if not cands:
+        # no mined transfer: same names, else one city-like input takes the previous city (where one goes)
+        for s in inputs:
+            if s in results and not svc.is_categorical(s) and _vkind(pack, svc.name, s) == _vkind(pack, prev_svc.name, s):
+                cands.append((0, 0, s, s))
+        cities = [r for r in sorted(results) if _vkind(pack, prev_svc.name, r) == "city"]
+        targets = sorted((not any(w in s for w in _TOWARDS), s) for s in inputs
+                         if _vkind(pack, svc.name, s) == "city" and s not in results)
+        if cities and targets:
+            cands.append((1, 1, targets[0][1], cities[0]))
+    link: dict[str, str] = {}
+    for _, _, target, source in sorted(cands):
+        if target not in link and source not in link.values():
+            link[target] = source
     return link
 
 
-def _value(pack: Pack, service: str, slot: str, rng: random.Random, avoid: str | None = None) -> str | None:
+_TOWARDS = ("to", "destination", "where")
+_SPOTS = frozenset(("address", "place"))
+
+
+def _compatible(source: str, target: str) -> bool:
+    """Whether a value of one kind can fill a slot of another (a cab goes to a venue or to an address)."""
+    return source == target or (source in _SPOTS and target in _SPOTS)
+
+
+def _vkind(pack: Pack, service: str, slot: str) -> str:
+    """The kind of a slot by its name and description, corrected by its values: a "location" whose values
+    are stations or venues is a place, one whose values are street addresses an address."""
+    key = ("vkind", service, slot)
+    memo = _memo(pack)
+    kind = memo.get(key)
+    if kind is None:
+        kind = _kind(pack.service(service).slots[slot])
+        if kind == "city":
+            pool = [v for v in pack.value_pool(service, slot) if v not in _ANY]
+            if pool and sum(v[:1].isdigit() for v in pool) > len(pool) / 2:
+                kind = "address"
+            elif pool and sum(plausible("city", v) for v in pool) < 0.8 * len(pool):
+                kind = "place"
+        memo[key] = kind
+    return kind
+
+
+def _pairs(pack: Pack, svc: ServiceSchema) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
+    key = ("pairs", svc.name)
+    memo = _memo(pack)
+    if key not in memo:
+        memo[key] = slot_pairs(svc.slots)
+    return memo[key]
+
+
+def _value(pack: Pack, service: str, slot: str, rng: random.Random, avoid: str | None = None,
+           fold: bool = False) -> str | None:
+    """A random value of the slot's pool, other than ``avoid`` (compared case-insensitively with ``fold``)."""
     key = ("pool", service, slot)
     memo = _memo(pack)
     pool = memo.get(key)
     if pool is None:
         pool = memo[key] = [v for v in pack.value_pool(service, slot) if v not in _ANY]
-    if not pool or (avoid is not None and pool == [avoid]):
+    if not pool:
         return None
-    while True:
+    if avoid is None:
+        return pool[rng.randrange(len(pool))]
+    avoid_key = avoid.lower() if fold else avoid
+    for _ in range(8):
         v = pool[rng.randrange(len(pool))]
-        if v != avoid:
+        if (v.lower() if fold else v) != avoid_key:
             return v
+    rest = [v for v in pool if (v.lower() if fold else v) != avoid_key]
+    return rest[rng.randrange(len(rest))] if rest else None
 
 
 def _requested(pack: Pack, svc: ServiceSchema, intent: IntentSchema, rng: random.Random, taken: set[str]) -> list[str]:
@@ -183,27 +235,39 @@ def _requested(pack: Pack, svc: ServiceSchema, intent: IntentSchema, rng: random
 
 
 def _search_subgoal(pack: Pack, svc: ServiceSchema, intent: IntentSchema, rng: random.Random,
-                    link: dict[str, str], infeasible_share: float, known: dict[str, str]) -> dict[str, Any]:
+                    link: dict[str, str], infeasible_share: float, known: dict[str, str],
+                    sure: frozenset[str] | set[str] = frozenset(),
+                    state: dict[str, str] | None = None, then: IntentSchema | None = None) -> dict[str, Any]:
     table = _tables_of(pack).get((svc.name, intent.name))
     rows = pack.entities(svc.name, intent.name)
     echo = table.echo if table is not None else frozenset()
-    entity = rng.choice(rows) if rows else {}
-    if table is not None and link:
+    ahead = _ahead(pack, svc, intent, then) if then is not None else None
+    entity = (rows[ahead[rng.randrange(len(ahead))]] if ahead else rng.choice(rows)) if rows else {}
+    # values said earlier to this service stay in the dialogue state and filter this search too
+    inherited = {s: v for s, v in (state or {}).items() if s not in link and v not in _ANY and table is not None
+                 and s in table.columns and s not in echo and (s in intent.optional_slots or s in intent.required_slots)}
+    if table is not None and (link or inherited):
         # keep the carried-over values (the previous city...) that some entity has, and pick such an entity;
-        # a value no entity here has is not carried over: the user states one of this table instead
+        # a value no entity here has is not carried over: the user states one of this table instead. So is a
+        # value that filters this table but was only predicted (the previous search may offer another entity)
         carried: dict[str, str] = {}
         for slot in sorted(link):
             value = known.get(link[slot])
-            if slot in echo or slot not in table.columns or value is None:
+            if slot in echo or slot not in table.columns:
                 continue
-            if table.match({**carried, slot: value}):
+            if value is not None and link[slot] in sure and table.match({**carried, slot: value}):
                 carried[slot] = value
             else:
                 link = {k: v for k, v in link.items() if k != slot}
-        if carried:
+        hits = table.match({**carried, **inherited}) if inherited else []
+        if not hits and carried:
             hits = table.match(carried)
+        if hits:
             entity = rows[hits[rng.randrange(len(hits))]]
     constraints: dict[str, str] = {}
+    for slot, value in inherited.items():
+        if entity.get(slot) and entity[slot].lower() != value.lower():
+            constraints[slot] = entity[slot]  # the user changes what no longer fits
     optional: dict[str, str] = {}
     for slot in intent.required_slots:
         if slot in link:
@@ -235,6 +299,8 @@ def _search_subgoal(pack: Pack, svc: ServiceSchema, intent: IntentSchema, rng: r
                 # nothing may match whether or not the user is asked for their optional values
                 bare = dict(intent.optional_slots, **constraints)
                 bare[slot] = alt
+                if not _pairs_ok(pack, svc, dict(optional, **bare)):
+                    continue  # not a trip from Los Angeles to Los Angeles
                 if not table.match(bare) and not table.match(dict(bare, **optional)):
                     relax.append([slot, constraints[slot]])
                     constraints[slot] = alt
@@ -246,10 +312,36 @@ def _search_subgoal(pack: Pack, svc: ServiceSchema, intent: IntentSchema, rng: r
     for slot in sorted(link):
         if table is not None and slot in table.columns and slot not in echo and entity.get(slot):
             relax.append([slot, entity[slot]])
+    if state and table is not None:
+        # after an earlier search of this service the state may hold what the user took from an offer
+        # (the one-way flight's airline): a round trip that finds nothing then drops such a filter first
+        loose = [[s, entity[s] if svc.is_categorical(s) else "dontcare"] for s, d in sorted(intent.optional_slots.items())
+                 if d in _ANY and s in table.columns and s not in echo and s not in constraints and s not in optional
+                 and s not in link and (entity.get(s) or not svc.is_categorical(s))]
+        relax[:0] = loose
     taken = set(constraints) | set(optional) | set(link)
     return {"service": svc.name, "intent": intent.name, "constraints": constraints, "optional": optional,
             "requested": _requested(pack, svc, intent, rng, taken), "relax": relax, "feasible": feasible,
             "from_previous": link, "entity": entity or None}
+
+
+def _ahead(pack: Pack, svc: ServiceSchema, intent: IntentSchema, then: IntentSchema) -> list[int]:
+    """Rows of a search whose values the next search of the service (one way, then round trip) can find:
+    what the user said stays in the dialogue state, so the second search filters on it too."""
+    key = ("ahead", svc.name, intent.name, then.name)
+    memo = _memo(pack)
+    if key not in memo:
+        tables = _tables_of(pack)
+        first, second = tables.get((svc.name, intent.name)), tables.get((svc.name, then.name))
+        out: list[int] = []
+        if first is not None and second is not None:
+            shared = [s for s in list(then.required_slots) + list(then.optional_slots) if s in first.columns
+                      and s in second.columns and s not in first.echo and s not in second.echo]
+            if shared:
+                out = [n for n, row in enumerate(first.rows)
+                       if second.match({s: row[s] for s in shared if s in row})]
+        memo[key] = out
+    return memo[key]
 
 
 def _txn_subgoal(pack: Pack, svc: ServiceSchema, intent: IntentSchema, rng: random.Random,
@@ -298,26 +390,70 @@ def _txn_subgoal(pack: Pack, svc: ServiceSchema, intent: IntentSchema, rng: rand
             "from_previous": link, "entity": None}
 
 
-_STARTS = ("start", "pickup", "departure", "check_in", "leaving", "outbound", "from")
-_ENDS = ("end", "dropoff", "return", "check_out", "inbound", "to")
+def _pairs_ok(pack: Pack, svc: ServiceSchema, values: dict[str, str]) -> bool:
+    """Whether the paired slots among ``values`` are sensible (distinct ends, ordered dates)."""
+    places, dates = _pairs(pack, svc)
+    for a, b in places:
+        va, vb = values.get(a), values.get(b)
+        if va and vb and va not in _ANY and va.lower() == vb.lower():
+            return False
+    for a, b in dates:
+        va, vb = values.get(a), values.get(b)
+        if is_date(va) and is_date(vb) and va >= vb:
+            return False
+    return True
 
 
-def _order_dates(constraints: dict[str, str]) -> None:
-    """A start date after its end date (drawn apart) is swapped: nobody returns before leaving."""
-    if len(constraints) < 2:
+def _fix_pairs(pack: Pack, svc: ServiceSchema, intent: IntentSchema, sg: dict[str, Any], known: dict[str, str],
+               rng: random.Random) -> None:
+    """Paired slots stay sensible as first stated and after every relaxation: a trip's two ends differ,
+    an end date follows its start date (values carried over from the previous subgoal count as stated).
+
+    Only values the user states freely move: a filtering column of a search keeps its entity's value.
+    """
+    places, dates = _pairs(pack, svc)
+    if not places and not dates:
         return
-    dates = [s for s, v in constraints.items() if "date" in s and len(v) == 10 and v[4] == "-"]
-    if len(dates) < 2:
-        return
-    starts = [s for s in dates if any(w in s for w in _STARTS)]
-    ends = [s for s in dates if any(w in s for w in _ENDS) and s not in starts]
-    if len(starts) == 1 and len(ends) == 1 and constraints[starts[0]] > constraints[ends[0]]:
-        a, b = starts[0], ends[0]
-        constraints[a], constraints[b] = constraints[b], constraints[a]
+    c, opt, link = sg["constraints"], sg["optional"], sg["from_previous"]
+    table = None if intent.is_transactional else _tables_of(pack).get((svc.name, intent.name))
+    eff = {s: known[ps] for s, ps in link.items() if ps in known}
+    eff.update(opt)
+    eff.update(c)
+
+    def free(slot: str) -> bool:
+        return slot not in link and (table is None or slot in table.echo or slot not in table.columns)
+
+    def settle(values: dict[str, str], movable: Any) -> dict[str, str]:
+        changed: dict[str, str] = {}
+        for a, b in places:
+            va, vb = values.get(a), values.get(b)
+            if va and vb and va.lower() == vb.lower() and va not in _ANY:
+                for slot, other in ((b, va), (a, vb)):
+                    alt = _value(pack, svc.name, slot, rng, avoid=other, fold=True) if movable(slot) else None
+                    if alt:
+                        values[slot] = changed[slot] = alt
+                        break
+        for a, b in dates:
+            before = (values.get(a), values.get(b))
+            order_dates(values, a, b, rng, fixed=[s for s in (a, b) if not movable(s)])
+            for slot, old in zip((a, b), before):
+                if values.get(slot) != old:
+                    changed[slot] = values[slot]
+        return changed
+
+    for slot, value in settle(eff, free).items():
+        (opt if slot in opt and slot not in c else c)[slot] = value
+    for entry in sg["relax"]:
+        slot = entry[0]
+        eff[slot] = entry[1]
+        if entry[1] not in _ANY:
+            # a relaxation that would break a pair changes the relaxed value, never what was stated
+            settle(eff, lambda s, slot=slot: s == slot)
+            entry[1] = eff[slot]
 
 
 def sample_goal(pack: Pack, rng: random.Random, services: list[str] | None = None, *,
-                sequence: list[str] | None = None, infeasible_share: float = 0.2,
+                sequence: list[str] | None = None, infeasible_share: float = 0.03,
                 multi_share: float | None = None) -> dict[str, Any]:
     """A goal (see the module docstring) drawn from ``services`` (default: the pack's mined services).
 
@@ -339,17 +475,25 @@ def sample_goal(pack: Pack, rng: random.Random, services: list[str] | None = Non
     subgoals: list[dict[str, Any]] = []
     prev: tuple[ServiceSchema, IntentSchema] | None = None
     known: dict[str, str] = {}  # the previous subgoal's likely result values, for carried-over slots
+    sure: set[str] = set()  # those of them the user stated (the others come from a row the world may not offer)
     for name in order:
         svc = pack.service(name)
-        for intent in _chain(pack, svc, rng):
+        state: dict[str, str] = {}  # what the user has said to this service so far
+        chain = _chain(pack, svc, rng)
+        for k, intent in enumerate(chain):
             link = _link(pack, prev[0], prev[1], svc, intent) if prev else {}
             if intent.is_transactional:
                 subgoals.append(_txn_subgoal(pack, svc, intent, rng, link))
             else:
-                subgoals.append(_search_subgoal(pack, svc, intent, rng, link, infeasible_share, known))
+                then = chain[k + 1] if k + 1 < len(chain) and not chain[k + 1].is_transactional else None
+                subgoals.append(_search_subgoal(pack, svc, intent, rng, link, infeasible_share, known, sure, state,
+                                                then))
             prev = (svc, intent)
             last = subgoals[-1]
-            _order_dates(last["constraints"])
-            known = {**(last["entity"] or {}), **last["constraints"],
-                     **{s: known[ps] for s, ps in last["from_previous"].items() if ps in known}}
+            _fix_pairs(pack, svc, intent, last, known, rng)
+            linked = {s: known[ps] for s, ps in last["from_previous"].items() if ps in known}
+            sure = set(last["constraints"]) | {s for s, ps in last["from_previous"].items() if ps in sure}
+            known = {**(last["entity"] or {}), **last["constraints"], **linked}
+            state.update(linked)
+            state.update(last["constraints"])
     return {"services": order, "subgoals": subgoals}

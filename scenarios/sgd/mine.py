@@ -309,7 +309,7 @@ class _Stats:
     def _s(self, svc: str) -> dict[str, Any]:
         return self.svc.setdefault(svc, {"dialogues": 0, "intents": Counter(), "chains": Counter(),
                                          "constraints": defaultdict(Counter), "requested": defaultdict(Counter),
-                                         "turns": Counter()})
+                                         "turns": Counter(), "results": {}})
 
     def add(self, dialogue: dict[str, Any], services: dict[str, ServiceSchema]) -> None:
         turns = dialogue.get("turns", [])
@@ -343,6 +343,9 @@ class _Stats:
                             known[svc].setdefault(c, slot)
                 call = fr.get("service_call")
                 if call:
+                    got = self._s(svc)["results"]
+                    method = call.get("method", "")
+                    got[method] = max(got.get(method, 0), len(fr.get("service_results", [])))
                     pos = order.index(svc)
                     for slot, v in call.get("parameters", {}).items():
                         for p in order[pos - 1:pos] if pos else ():
@@ -375,6 +378,7 @@ class _Stats:
                           "constraints": {i: {str(k): v for k, v in c.items()} for i, c in s["constraints"].items()},
                           "requested": {i: dict(c) for i, c in s["requested"].items()},
                           "turns": {str(k): v for k, v in sorted(turns.items())},
+                          "results": dict(sorted(s["results"].items())),
                           "mean_turns": (sum(k * v for k, v in turns.items()) / n) if n else None}
         return {"services": svcs, "pairs": dict(self.pairs.most_common()), "transfers": dict(self.transfers.most_common()),
                 "multi_service_share": self.multi / self.n if self.n else 0.0,

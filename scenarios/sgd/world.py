@@ -15,6 +15,7 @@ import random
 from typing import Any
 
 from .pack import Pack
+from .values import _kind
 
 _ANY = ("dontcare", "")
 
@@ -27,10 +28,13 @@ def _is_name(slot: str) -> bool:
 class _Table:
     """One intent's rows with an index from (slot, lower-cased value) to row numbers."""
 
-    __slots__ = ("rows", "index", "columns", "echo", "echo_results")
+    __slots__ = ("rows", "index", "columns", "echo", "echo_results", "cap", "ident")
 
-    def __init__(self, rows: list[dict[str, str]], echo: list[str], result_slots: tuple[str, ...] = ()):
+    def __init__(self, rows: list[dict[str, str]], echo: list[str], result_slots: tuple[str, ...] = (),
+                 cap: int = 10, ident: str | None = None):
         self.rows = rows
+        self.cap = cap  # most results a call returns (real SGD: one weather report, one balance, 5 flights)
+        self.ident = ident  # the column naming the entity: one result per entity (one "Long Shot", not three)
         self.echo = frozenset(echo)
         self.echo_results = tuple(s for s in echo if s in result_slots)  # echoed back into result rows
         self.columns = frozenset(k for r in rows for k in r)
@@ -59,9 +63,13 @@ class _Table:
 
 
 class SgdWorld:
-    """Executes service calls against a pack's entity tables, deterministically per ``rng``."""
+    """Executes service calls against a pack's entity tables, deterministically per ``rng``.
 
-    def __init__(self, pack: Pack, rng: random.Random, failure_rate: float = 0.1, max_results: int = 10):
+    A search returns at most ``max_results`` rows, by default as many as real SGD calls of that intent
+    returned at most (one weather report, five flights, ten restaurants), one row per named entity.
+    """
+
+    def __init__(self, pack: Pack, rng: random.Random, failure_rate: float = 0.04, max_results: int | None = None):
         self.pack = pack
         self.rng = rng
         self.failure_rate = failure_rate
@@ -112,7 +120,23 @@ class SgdWorld:
         if len(hits) > 1:
             # a random rotation: results vary per call at the cost of one draw, not a shuffle
             start = self.rng.randrange(len(hits))
-            hits = (hits[start:] + hits[:start])[: self.max_results]
+            hits = hits[start:] + hits[:start]
+            cap = table.cap if self.max_results is None else self.max_results
+            ident = table.ident
+            if ident is not None:
+                seen: set[str] = set()
+                kept = []
+                rows = table.rows
+                for n in hits:
+                    name = rows[n][ident].lower()
+                    if name not in seen:
+                        seen.add(name)
+                        kept.append(n)
+                        if len(kept) == cap:
+                            break
+                hits = kept
+            else:
+                hits = hits[:cap]
         echoed = {slot: v for slot in table.echo_results if (v := params.get(slot)) and v != "dontcare"}
         rows = table.rows
         if echoed:
@@ -150,11 +174,30 @@ def _tables_of(pack: Pack) -> dict[tuple[str, str], _Table]:
     """The indexed tables of a pack, built once per pack object and shared (read-only) by its worlds."""
     got = pack.__dict__.get("_world_tables")
     if got is None:
-        got = {(svc, intent): _Table(rows, pack.echo.get(svc, {}).get(intent, []),
-                                     pack.service(svc).intents[intent].result_slots)
-               for svc, intents in pack._tables.items() for intent, rows in intents.items()}
+        caps = _caps(pack)
+        got = {}
+        for svc, intents in pack._tables.items():
+            schema = pack.service(svc)
+            for intent, rows in intents.items():
+                names = [c for c in schema.intents[intent].result_slots if _is_name(c) and rows and c in rows[0]
+                         and _kind(schema.slots[c]) != "station"]
+                got[(svc, intent)] = _Table(rows, pack.echo.get(svc, {}).get(intent, []),
+                                            schema.intents[intent].result_slots,
+                                            caps.get((svc, intent)) or caps.get(intent) or 10,
+                                            names[0] if names else None)
         pack.__dict__["_world_tables"] = got
     return got
+
+
+def _caps(pack: Pack) -> dict[Any, int]:
+    """Most results per search, mined per (service, intent); an unseen service takes its intent name's."""
+    caps: dict[Any, int] = {}
+    for svc, st in pack.stats.get("services", {}).items():
+        for intent, n in st.get("results", {}).items():
+            if n > 0:
+                caps[(svc, intent)] = n
+                caps[intent] = max(caps.get(intent, 0), n)
+    return caps
 
 
 def _specs_of(pack: Pack) -> dict[tuple[str, str], tuple]:

@@ -10,6 +10,8 @@ import pytest
 from dialogsim.engine.errors import UserError
 from dialogsim.scenarios.sgd.goals import sample_goal
 from dialogsim.scenarios.sgd.pack import load_pack
+from dialogsim.scenarios.sgd.pairs import slot_pairs
+from dialogsim.scenarios.sgd.values import _kind, plausible
 from dialogsim.scenarios.sgd.world import SgdWorld
 
 KEYS = {"service", "intent", "constraints", "optional", "requested", "relax", "feasible", "from_previous", "entity"}
@@ -27,7 +29,7 @@ def pack():
 def goals(pack):
     """A thousand goals over the mined services."""
     rng = random.Random(11)
-    return [sample_goal(pack, rng) for _ in range(1000)]
+    return [sample_goal(pack, rng, infeasible_share=0.2) for _ in range(1000)]
 
 
 def _search(pack, sg, constraints):
@@ -141,17 +143,90 @@ def test_unseen_services_get_goals(pack):
     assert seen == set(TEST_ONLY)
 
 
-def test_start_dates_never_follow_end_dates(pack):
-    """Pairs such as pickup/dropoff or departure/return dates are drawn in order."""
+def _stated(goal):
+    """Per subgoal, the values the user ends up stating: constraints, optional values and carried-over values
+    (predicted like the user does, from the previous subgoal's entity and values), then after each relaxation."""
+    known: dict[str, str] = {}
+    for sg in goal["subgoals"]:
+        linked = {s: known[p] for s, p in sg["from_previous"].items() if p in known}
+        values = {**linked, **sg["optional"], **sg["constraints"]}
+        steps = [dict(values)]
+        for slot, value in sg["relax"]:
+            values[slot] = value
+            steps.append(dict(values))
+        yield sg, linked, steps
+        known = {**(sg["entity"] or {}), **sg["constraints"], **linked}
+
+
+def _goals_everywhere(pack, n=1500):
+    """Goals over every service: the mined pool, unseen services, and travel sequences that carry dates over."""
     rng = random.Random(8)
+    seqs = [["Buses_1", "RentalCars_1"], ["Flights_3", "RentalCars_1"], ["Buses_1", "Hotels_4"],
+            ["Events_1", "Buses_1"], ["RentalCars_1", "Buses_1"], ["Flights_3", "Hotels_1"], ["Trains_1"],
+            ["Buses_2"], ["Buses_3"], ["Flights_1"], ["Flights_2"], ["Flights_4"], ["Hotels_2"], ["Hotels_3"],
+            ["RentalCars_2"], ["RentalCars_3"], ["Events_1", "Buses_3"], ["Weather_1", "Flights_3"]]
+    for i in range(n):
+        if i % 3 == 0:
+            yield sample_goal(pack, rng, sequence=seqs[i // 3 % len(seqs)])
+        elif i % 3 == 1:
+            yield sample_goal(pack, rng, services=TEST_ONLY)
+        else:
+            yield sample_goal(pack, rng, infeasible_share=0.5)
+
+
+def test_end_dates_follow_start_dates(pack):
+    """For every sampled goal and every relaxation step: dropoff after pickup, check-out after check-in,
+    return after departure, end after start, counting values carried over from the previous subgoal."""
     pairs = 0
-    for _ in range(400):
-        g = sample_goal(pack, rng, sequence=[rng.choice(["RentalCars_1", "RentalCars_3", "Flights_3", "Flights_4"])])
-        for sg in g["subgoals"]:
-            c = sg["constraints"]
-            for start, end in (("pickup_date", "dropoff_date"), ("start_date", "end_date"),
-                               ("departure_date", "return_date")):
-                if start in c and end in c:
-                    pairs += 1
-                    assert c[start] <= c[end], c
-    assert pairs > 20
+    for goal in _goals_everywhere(pack):
+        for sg, _, steps in _stated(goal):
+            _, dates = slot_pairs(pack.service(sg["service"]).slots)
+            for values in steps:
+                for start, end in dates:
+                    if start in values and end in values:
+                        pairs += 1
+                        assert values[start] < values[end], (sg, values)
+    assert pairs > 300
+
+
+def test_trips_never_end_where_they_start(pack):
+    """From and to (origin and destination) of a trip always differ, as first stated and after relaxing."""
+    pairs = 0
+    for goal in _goals_everywhere(pack):
+        for sg, _, steps in _stated(goal):
+            places, _ = slot_pairs(pack.service(sg["service"]).slots)
+            for values in steps:
+                for a, b in places:
+                    if a in values and b in values and values[a] != "dontcare":
+                        pairs += 1
+                        assert values[a].lower() != values[b].lower(), (sg, values)
+    assert pairs > 300
+
+
+def test_carried_over_values_keep_their_kind(pack):
+    """A slot filled from the previous subgoal gets a value of its kind: a city slot a city (never a
+    station), one source slot feeds at most one slot (a bus never goes from a station to itself)."""
+    carried = 0
+    for goal in _goals_everywhere(pack):
+        for sg, linked, _ in _stated(goal):
+            assert len(set(sg["from_previous"].values())) == len(sg["from_previous"]), sg
+            svc = pack.service(sg["service"])
+            for slot, value in linked.items():
+                carried += 1
+                kind = _kind(svc.slots[slot])
+                if kind == "city" and "city" in slot:
+                    words = set(value.lower().split())
+                    assert not value[:1].isdigit() and not words & {"station", "airport", "terminal"}, (slot, value)
+                if kind in ("date", "time"):
+                    assert plausible(kind, value), (sg["service"], slot, value)
+    assert carried > 300
+
+
+def test_the_reported_dialogues_cannot_recur(pack):
+    """A bus after a car rental never goes from the rental station to itself (seen in a simulated run)."""
+    rng = random.Random(0)
+    for _ in range(300):
+        g = sample_goal(pack, rng, sequence=["RentalCars_1", "Buses_1"])
+        for prev, sg in zip(g["subgoals"], g["subgoals"][1:]):
+            if sg["service"] == "Buses_1" and prev["service"] == "RentalCars_1":
+                assert sorted(sg["from_previous"]) in ([], ["to_location"]), sg

@@ -196,3 +196,32 @@ def test_cli_pack_build(tmp_path, capsys):
                      "--out", str(tmp_path / "never")])
     assert code == 2 and not (tmp_path / "never").exists()
     assert "nope" in capsys.readouterr().err
+
+
+def test_entity_rows_are_sensible_trips_and_stays():
+    """In the bundled pack, mined and generated rows alike: a trip's two ends differ and end dates follow
+    start dates (generated flights no longer go from San Francisco to San Francisco and back before leaving)."""
+    from dialogsim.scenarios.sgd.pairs import slot_pairs
+
+    pack = load_pack()
+    checked = 0
+    for name in pack.services:
+        places, dates = slot_pairs(pack.service(name).slots)
+        for row in pack.entities(name):
+            for a, b in places:
+                if row.get(a) and row.get(b):
+                    checked += 1
+                    assert row[a].lower() != row[b].lower(), (name, row)
+            for a, b in dates:
+                if row.get(a) and row.get(b):
+                    checked += 1
+                    assert row[a] < row[b], (name, row)
+    assert checked > 1000
+
+
+def test_result_counts_are_mined():
+    """The statistics record the most results a real call of each intent returned."""
+    stats = load_pack().stats["services"]
+    assert stats["Weather_1"]["results"]["GetWeather"] == 1
+    assert stats["Flights_3"]["results"]["SearchOnewayFlight"] == 5
+    assert stats["Restaurants_2"]["results"]["FindRestaurants"] == 10

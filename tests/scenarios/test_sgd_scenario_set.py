@@ -67,7 +67,7 @@ def test_tools_follow_the_schema(sset):
             spec = pack.service(t.service).slots[slot]
             assert prop["description"] == spec.description
             if spec.is_categorical:
-                assert set(spec.possible_values) <= set(prop["enum"])
+                assert prop["enum"] == list(spec.possible_values)  # no "dontcare": not a value of the slot
             else:
                 assert "enum" not in prop
 
@@ -95,3 +95,34 @@ def test_registry_and_pack_paths(tmp_path):
         load_scenario_set("#Ghost_1")
     with pytest.raises(UserError, match="not a pack"):
         load_scenario_set(str(tmp_path))
+
+
+def test_options_in_the_spec():
+    """``sgd:[PACK][#services][?key=value&...]`` sets the failure options; bad ones are a clear UserError."""
+    default = load_scenario_set(None)
+    assert (default.failure_rate, default.infeasible_share, default.multi_share) == (0.04, 0.03, None)
+    tuned = load_scenarios("sgd:#Restaurants_2,RideSharing_1?failure_rate=0.5&infeasible_share=0.25&multi_share=1")
+    assert (tuned.failure_rate, tuned.infeasible_share, tuned.multi_share) == (0.5, 0.25, 1.0)
+    assert tuned.services == ["Restaurants_2", "RideSharing_1"]
+    assert tuned.world(tuned.draw(0, 0)[0], random.Random(0)).failure_rate == 0.5
+    assert all(len(tuned.draw(i, 0)[0].data["goal"]["services"]) == 2 for i in range(10))
+    assert load_scenarios(f"sgd:{DEFAULT_PACK}?failure_rate=0").failure_rate == 0.0
+    with pytest.raises(UserError, match="unknown option 'failure' .*known: failure_rate, infeasible_share"):
+        load_scenario_set("?failure=0.1")
+    with pytest.raises(UserError, match="'failure_rate' needs a number between 0 and 1, got '2'"):
+        load_scenario_set("?failure_rate=2")
+    with pytest.raises(UserError, match="'multi_share' needs a number"):
+        load_scenario_set("#Weather_1?multi_share=lots")
+
+
+def test_default_failures_are_near_real_sgd(sset):
+    """With the defaults few searches are infeasible (real dev: 0.4% find nothing) yet some are, to exercise
+    NOTIFY_FAILURE, REQUEST_ALTS and relaxation."""
+    searches = infeasible = 0
+    for i in range(2000):
+        goal = sset.draw(i, 5)[0].data["goal"]
+        for sg in goal["subgoals"]:
+            if not sset.pack.service(sg["service"]).intents[sg["intent"]].is_transactional:
+                searches += 1
+                infeasible += not sg["feasible"]
+    assert 0.005 < infeasible / searches < 0.06

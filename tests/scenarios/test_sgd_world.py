@@ -181,3 +181,26 @@ def test_garbage_calls_never_raise(pack):
         params = {rng.choice(slots): rng.choice(junk) for _ in range(rng.randint(0, 4))}
         results, error = w.call(service, method, params if rng.random() < 0.95 else rng.choice(junk))
         assert (results is None) != (error is None)
+
+
+def test_result_counts_follow_real_sgd(pack):
+    """By default a search returns as many rows as real SGD calls of that intent did at most: one weather
+    report, one balance, five flights, ten restaurants; unseen services take their intent name's count."""
+    w = _world(pack)
+    assert len(w.call("Weather_1", "GetWeather", {"city": pack.entities("Weather_1")[0]["city"]})[0]) == 1
+    assert len(w.call("Banks_2", "CheckBalance", {"account_type": "checking"})[0]) == 1
+    assert len(w.call("Banks_1", "CheckBalance", {"account_type": "checking"})[0]) == 1
+    flight = pack.entities("Flights_3", "SearchOnewayFlight")[0]
+    params = {k: flight[k] for k in ("origin_city", "destination_city", "departure_date")}
+    assert 1 <= len(w.call("Flights_3", "SearchOnewayFlight", params)[0]) <= 5
+    assert len(w.call("Restaurants_2", "FindRestaurants", {"location": "San Jose", "category": "dontcare"})[0]) == 10
+
+
+def test_one_result_per_named_entity(pack):
+    """A search never offers the same movie (restaurant, hotel...) twice, whatever the case of its name."""
+    w = _world(pack)
+    for seed in range(30):
+        w = _world(pack, seed)
+        rows, _ = w.call("Movies_2", "FindMovies", {"genre": "dontcare"})
+        titles = [r["title"].lower() for r in rows]
+        assert len(titles) == len(set(titles)) == 10
