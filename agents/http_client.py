@@ -167,16 +167,41 @@ def _safe_url(url: str) -> str:
     return urllib.parse.urlunsplit((parts.scheme, host, parts.path, "", ""))
 
 
+@dataclass
+class PoolStats:
+    """What a pool has sent: attempts, time on the wire, and how many requests were in flight.
+
+    ``mean_in_flight`` is the concurrency actually achieved (Little's law: wire time over the span from
+    the first attempt's start to the last one's end); a driver that serialised live calls shows ~1 here
+    however high ``concurrency`` is.
+    """
+
+    attempts: int = 0
+    busy: float = 0.0  # seconds summed over attempts, from holding an in-flight slot to the answer
+    first: float = 0.0  # perf_counter() when the first attempt got its slot
+    last: float = 0.0  # perf_counter() when the latest attempt ended
+    in_flight: int = 0
+    peak: int = 0  # most attempts in flight at once
+
+    @property
+    def mean_in_flight(self) -> float:
+        """Requests in flight on average while the pool was in use."""
+        span = self.last - self.first
+        return self.busy / span if span > 0 else float(self.peak)
+
+
 class HttpPool:
     """One aiohttp session and in-flight semaphore shared by all episodes of an agent factory."""
 
     def __init__(self, settings: HttpSettings, secrets: tuple[str, ...] = ()) -> None:
         self.settings = settings
+        self.stats = PoolStats()
         # Values that must never appear in a fault detail (API keys): scrubbed defensively.
         self._secrets = tuple(s for s in secrets if s)
         self._session: aiohttp.ClientSession | None = None
         self._sem: asyncio.Semaphore | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._guard: asyncio.Task[None] | None = None
         self._timeout = aiohttp.ClientTimeout(total=settings.total_timeout, sock_connect=settings.connect_timeout,
                                               sock_read=settings.read_timeout)
 
@@ -190,12 +215,35 @@ class HttpPool:
                                                   auto_decompress=True, trust_env=False)
             self._sem = asyncio.Semaphore(self.settings.concurrency)
             self._loop = loop
+            self._guard = loop.create_task(self._close_at_shutdown(self._session))
         assert self._sem is not None
         return self._session, self._sem
+
+    @property
+    def open(self) -> bool:
+        """True while the pool holds a session that is not closed."""
+        return self._session is not None and not self._session.closed
+
+    async def _close_at_shutdown(self, session: aiohttp.ClientSession) -> None:
+        """Wait until cancelled, then close ``session`` unless ``aclose`` took it first.
+
+        ``asyncio.run`` cancels the tasks left when its coroutine returns, so a factory nobody closed
+        (one given to ``engine.testing.simulate``, which does not call ``aclose``) still closes its
+        session cleanly instead of leaving an "Unclosed client session" warning and open sockets.
+        """
+        try:
+            await asyncio.get_running_loop().create_future()
+        finally:
+            if self._session is session:
+                self._session = None
+                await session.close()
 
     async def aclose(self) -> None:
         """Close the session (idempotent); the engine calls this at run end."""
         session, self._session = self._session, None
+        guard, self._guard = self._guard, None
+        if guard is not None:
+            guard.cancel()
         if session is not None and not session.closed and self._loop is asyncio.get_running_loop():
             await session.close()
 
@@ -219,7 +267,20 @@ class HttpPool:
             started = time.perf_counter()
             try:
                 async with sem:
-                    data = await self._attempt(session, url, body, headers, attempt)
+                    stats = self.stats
+                    sent = time.perf_counter()
+                    if not stats.attempts:
+                        stats.first = sent
+                    stats.attempts += 1
+                    stats.in_flight += 1
+                    if stats.in_flight > stats.peak:
+                        stats.peak = stats.in_flight
+                    try:
+                        data = await self._attempt(session, url, body, headers, attempt)
+                    finally:
+                        stats.in_flight -= 1
+                        stats.last = time.perf_counter()
+                        stats.busy += stats.last - sent
                 try:
                     value = decode(data)
                 except ProtocolError as exc:

@@ -10,7 +10,9 @@ the same small JSON), then, for each concurrency (16 and 64 by default), measure
 
 Prints requests/s of each and their ratio (target >= 0.8): medians over ``--rounds`` paired rounds, plus
 the agent layer alone (``NativeHttpAgent.respond`` in a loop, no engine). ``--with-think`` adds runs against
-a 20 ms endpoint with think time 0 and with the default think/latency models.
+a 20 ms endpoint with think time 0 and with the default think/latency models. Every figure comes with the
+requests in flight on average (wire time over wall span, from the agent's pool): the concurrency actually
+achieved, so a driver that serialises live calls shows ~1 there whatever ``--concurrency`` says.
 
     python bench/bench_http.py [--requests 10000] [--concurrency 16 64] [--rounds 3] [--with-think]
 """
@@ -91,28 +93,34 @@ def sample_body() -> bytes:
     return _request_encoder.encode(req)
 
 
-async def raw_loop(url: str, concurrency: int, total: int, body: bytes) -> float:
-    """Requests/s of C tasks posting ``body`` through one session until ``total`` are done."""
+async def raw_loop(url: str, concurrency: int, total: int, body: bytes) -> tuple[float, float]:
+    """Requests/s of C tasks posting ``body`` through one session until ``total`` are done, and the
+    requests in flight on average."""
     import aiohttp
 
     left = total
+    busy = 0.0
     headers = {"Content-Type": "application/json"}
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=concurrency)) as session:
 
         async def worker() -> None:
-            nonlocal left
+            nonlocal left, busy
             while left > 0:
                 left -= 1
+                sent = time.perf_counter()
                 async with session.post(url, data=body, headers=headers) as resp:
                     json.loads(await resp.read())
+                busy += time.perf_counter() - sent
 
         start = time.perf_counter()
         await asyncio.gather(*(worker() for _ in range(concurrency)))
-        return total / (time.perf_counter() - start)
+        elapsed = time.perf_counter() - start
+        return total / elapsed, busy / elapsed
 
 
-async def agent_loop(url: str, concurrency: int, total: int) -> float:
-    """Requests/s of C tasks calling NativeHttpAgent.respond directly: the agent layer without the engine."""
+async def agent_loop(url: str, concurrency: int, total: int) -> tuple[float, float]:
+    """Requests/s of C tasks calling NativeHttpAgent.respond directly (the agent layer without the engine),
+    and the requests in flight on average."""
     import random
 
     from dialogsim.agents.base import Observation
@@ -145,18 +153,32 @@ async def agent_loop(url: str, concurrency: int, total: int) -> float:
         await asyncio.gather(*(worker(k) for k in range(concurrency)))
     finally:
         await factory.aclose()
-    return total / (time.perf_counter() - start)
+    return total / (time.perf_counter() - start), factory.pool.stats.mean_in_flight
+
+
+_pools: list = []  # the pool of each run's agent factory, for its in-flight figures
+
+
+def _capturing_factory(arg: str | None, scenarios: object, options: dict) -> object:
+    """``http:`` as registered, keeping the factory's pool for the figures."""
+    from dialogsim.agents.http_native import http_agent_factory
+
+    factory = http_agent_factory(arg, scenarios, options)
+    _pools.append(factory.pool)
+    return factory
 
 
 def dialogsim_run(url: str, concurrency: int, episodes: int, durability: str, think: str = "0",
-                  latency: str = "0") -> tuple[float, int]:
-    """Requests/s of a real run (start_run) and the number of agent requests it made."""
+                  latency: str = "0") -> tuple[float, int, float]:
+    """Requests/s of a real run (start_run), the agent requests it made and how many were in flight on average."""
     from dialogsim.engine.log import read_events
+    from dialogsim.engine.registry import register_agent
     from dialogsim.engine.session import RunConfig, start_run
 
+    register_agent("bench-http", _capturing_factory)
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "run"
-        config = RunConfig(scenarios="builtin", user="scripted", agent=f"http:{url}", episodes=episodes,
+        config = RunConfig(scenarios="builtin", user="scripted", agent=f"bench-http:{url}", episodes=episodes,
                            concurrency=concurrency, think=think, latency=latency, durability=durability,
                            agent_options={"concurrency": concurrency})
         start = time.perf_counter()
@@ -164,7 +186,7 @@ def dialogsim_run(url: str, concurrency: int, episodes: int, durability: str, th
         elapsed = time.perf_counter() - start
         assert result.status == "completed", result
         requests = sum(1 for _ in read_events(out, types={"agent_turn"}))
-    return requests / elapsed, requests
+    return requests / elapsed, requests, _pools.pop().stats.mean_in_flight
 
 
 def main() -> None:
@@ -197,27 +219,32 @@ def main() -> None:
             # Paired rounds, each measuring all three back to back: on a shared machine the load drifts, and
             # the median of per-round ratios is far steadier than a ratio of two separate bests.
             ours, raw, layer, ratios, layer_ratios, n = [], [], [], [], [], 0
+            flight: dict[str, list[float]] = {"run": [], "raw": [], "layer": []}
             for _ in range(args.rounds):
-                rate, n = dialogsim_run(url, c, episodes, args.durability)
-                base = asyncio.run(raw_loop(url, c, n, body))
-                alone = asyncio.run(agent_loop(url, c, n))
+                rate, n, f_run = dialogsim_run(url, c, episodes, args.durability)
+                base, f_raw = asyncio.run(raw_loop(url, c, n, body))
+                alone, f_layer = asyncio.run(agent_loop(url, c, n))
                 ours.append(rate), raw.append(base), layer.append(alone)
                 ratios.append(rate / base), layer_ratios.append(alone / base)
+                flight["run"].append(f_run), flight["raw"].append(f_raw), flight["layer"].append(f_layer)
+            med = {k: statistics.median(v) for k, v in flight.items()}
             print(f"concurrency {c:3d}: dialogsim run {statistics.median(ours):7.0f} req/s | raw aiohttp "
                   f"{statistics.median(raw):7.0f} req/s | ratio {statistics.median(ratios):.2f} "
                   f"(rounds {min(ratios):.2f}..{max(ratios):.2f}; target >= 0.8) | agent layer alone "
                   f"{statistics.median(layer):7.0f} req/s, ratio {statistics.median(layer_ratios):.2f} | "
                   f"{n} requests per round")
+            print(f"                 in flight on average: dialogsim run {med['run']:5.1f} | raw aiohttp "
+                  f"{med['raw']:5.1f} | agent layer alone {med['layer']:5.1f} (of {c})")
         if args.with_think and args.server == "trivial":
             c = args.concurrency[0]
             few = max(1, episodes // 10)
             slow = url.rstrip("/") + "/slow"
-            flat, n = dialogsim_run(slow, c, few, args.durability)
-            spread, _ = dialogsim_run(slow, c, few, args.durability, "uniform:1,4", "uniform:0.2,0.8")
-            raw_slow = asyncio.run(raw_loop(slow, c, n, body))
-            print(f"endpoint answering in {SLOW * 1000:.0f} ms, concurrency {c}: raw aiohttp {raw_slow:6.0f} req/s | "
-                  f"dialogsim think 0 {flat:6.0f} req/s | dialogsim think uniform:1,4 latency uniform:0.2,0.8 "
-                  f"{spread:6.0f} req/s ({n} requests)")
+            flat, n, f_flat = dialogsim_run(slow, c, few, args.durability)
+            spread, _, f_spread = dialogsim_run(slow, c, few, args.durability, "uniform:1,4", "uniform:0.2,0.8")
+            raw_slow, f_raw = asyncio.run(raw_loop(slow, c, n, body))
+            print(f"endpoint answering in {SLOW * 1000:.0f} ms, concurrency {c}, {n} requests (req/s, in flight on "
+                  f"average): raw aiohttp {raw_slow:6.0f}, {f_raw:4.1f} | dialogsim think 0 {flat:6.0f}, "
+                  f"{f_flat:4.1f} | dialogsim think uniform:1,4 latency uniform:0.2,0.8 {spread:6.0f}, {f_spread:4.1f}")
     finally:
         proc.terminate()
         proc.wait(timeout=10)

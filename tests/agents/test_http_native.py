@@ -18,8 +18,9 @@ from dialogsim.agents.scripted import ScriptedAgent
 from dialogsim.engine.errors import UserError
 from dialogsim.engine.events import EpisodeEnded, Fault, ToolCalled, ToolReturned
 from dialogsim.engine.server import make_app
-from dialogsim.engine.testing import strip_wall
+from dialogsim.engine.testing import simulate, strip_wall
 from dialogsim.engine.testing_http import INJECTED, STATS, EchoAgent, faulty_app, run_batch, serve_in_thread
+from dialogsim.engine.timing import Delay
 
 ROOT = Path(__file__).resolve().parents[2]
 FAST = {"connect_timeout": "1", "read_timeout": "0.4", "total_timeout": "0.8", "backoff_base": "0.01",
@@ -94,9 +95,38 @@ def test_in_flight_requests_are_bounded_by_the_concurrency_option():
     """Eight episodes at once, agent concurrency 2: the server never sees more than two requests at once."""
     app = faulty_app(EchoAgent, "native", plan=lambda key, attempt: None, delay=0.02)
     with serve_in_thread(app) as url:
-        log = run_batch(http_agent_factory(url, None, {"concurrency": "2"}), episodes=8, concurrency=8)
+        factory = http_agent_factory(url, None, {"concurrency": "2"})
+        log = run_batch(factory, episodes=8, concurrency=8)
     assert set(log.outcomes().values()) == {"success"}
     assert app[STATS]["max_inflight"] == 2
+    stats = factory.pool.stats
+    assert stats.peak == 2 and stats.in_flight == 0
+    assert stats.attempts == app[STATS]["requests"] and 1 < stats.mean_in_flight <= 2
+
+
+def test_calls_made_at_different_virtual_times_are_in_flight_together():
+    """With think time and latency, episodes call at different virtual times and their requests still overlap
+    (a driver that awaited each call in turn would keep one request in flight)."""
+    app = faulty_app(EchoAgent, "native", plan=lambda key, attempt: None, delay=0.05)
+    with serve_in_thread(app) as url:
+        factory = http_agent_factory(url, None, {"concurrency": "8"})
+        log = run_batch(factory, episodes=8, concurrency=8, think=Delay("uniform", 1.0, 4.0),
+                        latency=Delay("uniform", 0.2, 0.8))
+    assert set(log.outcomes().values()) == {"success"}
+    starts = sorted({e.t for e in log.of_type("user_turn")})
+    assert len(starts) > 8  # the calls really were made at different virtual times
+    assert app[STATS]["max_inflight"] > 1 and factory.pool.stats.peak > 1
+
+
+def test_simulate_without_aclose_still_closes_the_session():
+    """engine.testing.simulate never calls aclose: the pool closes its session when asyncio.run ends,
+    and the same factory works again in a second run."""
+    with serve_in_thread(make_app(ScriptedAgent, "native")) as url:
+        factory = http_agent_factory(url, None, {})
+        for _ in range(2):
+            log = simulate(agent=factory, episodes=3)
+            assert set(log.outcomes().values()) == {"success"}
+            assert factory.pool.stats.attempts > 0 and not factory.pool.open
 
 
 def test_retry_after_is_honoured_and_capped():
