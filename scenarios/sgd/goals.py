@@ -237,11 +237,10 @@ def _requested(pack: Pack, svc: ServiceSchema, intent: IntentSchema, rng: random
 def _search_subgoal(pack: Pack, svc: ServiceSchema, intent: IntentSchema, rng: random.Random,
                     link: dict[str, str], infeasible_share: float, known: dict[str, str],
                     sure: frozenset[str] | set[str] = frozenset(),
-                    state: dict[str, str] | None = None, then: IntentSchema | None = None) -> dict[str, Any]:
+                    state: dict[str, str] | None = None, ahead: list[int] | None = None) -> dict[str, Any]:
     table = _tables_of(pack).get((svc.name, intent.name))
     rows = pack.entities(svc.name, intent.name)
     echo = table.echo if table is not None else frozenset()
-    ahead = _ahead(pack, svc, intent, then) if then is not None else None
     entity = (rows[ahead[rng.randrange(len(ahead))]] if ahead else rng.choice(rows)) if rows else {}
     # values said earlier to this service stay in the dialogue state and filter this search too
     inherited = {s: v for s, v in (state or {}).items() if s not in link and v not in _ANY and table is not None
@@ -262,6 +261,10 @@ def _search_subgoal(pack: Pack, svc: ServiceSchema, intent: IntentSchema, rng: r
         hits = table.match({**carried, **inherited}) if inherited else []
         if not hits and carried:
             hits = table.match(carried)
+        if hits and ahead:
+            # also fit the next search when possible (a bus to the event's city, then a hotel there)
+            fits = ahead if len(ahead) < 64 else set(ahead)
+            hits = [h for h in hits if h in fits] or hits
         if hits:
             entity = rows[hits[rng.randrange(len(hits))]]
     constraints: dict[str, str] = {}
@@ -290,6 +293,7 @@ def _search_subgoal(pack: Pack, svc: ServiceSchema, intent: IntentSchema, rng: r
             optional[slot] = v
     feasible, relax = True, []
     if table is not None and rows and rng.random() < infeasible_share:
+        linked = {s: known[p] for s, p in link.items() if p in known}
         cands = [s for s in sorted(constraints) if s not in echo and s in table.columns]
         rng.shuffle(cands)
         for slot in cands:
@@ -299,7 +303,7 @@ def _search_subgoal(pack: Pack, svc: ServiceSchema, intent: IntentSchema, rng: r
                 # nothing may match whether or not the user is asked for their optional values
                 bare = dict(intent.optional_slots, **constraints)
                 bare[slot] = alt
-                if not _pairs_ok(pack, svc, dict(optional, **bare)):
+                if not _pairs_ok(pack, svc, {**linked, **optional, **bare}):
                     continue  # not a trip from Los Angeles to Los Angeles
                 if not table.match(bare) and not table.match(dict(bare, **optional)):
                     relax.append([slot, constraints[slot]])
@@ -325,21 +329,29 @@ def _search_subgoal(pack: Pack, svc: ServiceSchema, intent: IntentSchema, rng: r
             "from_previous": link, "entity": entity or None}
 
 
-def _ahead(pack: Pack, svc: ServiceSchema, intent: IntentSchema, then: IntentSchema) -> list[int]:
-    """Rows of a search whose values the next search of the service (one way, then round trip) can find:
-    what the user said stays in the dialogue state, so the second search filters on it too."""
-    key = ("ahead", svc.name, intent.name, then.name)
+def _ahead(pack: Pack, svc: ServiceSchema, intent: IntentSchema, nxt: tuple[ServiceSchema, IntentSchema] | None,
+           link: dict[str, str]) -> list[int]:
+    """Rows of a search whose values the next search can find: the next search of the same service filters
+    on what was said (one way, then round trip), another service's on the values carried over (an event's
+    city, then a hotel there). Empty when no row or nothing to look ahead for."""
+    if nxt is None or nxt[1].is_transactional:
+        return []
+    key = ("ahead", svc.name, intent.name, nxt[0].name, nxt[1].name)
     memo = _memo(pack)
     if key not in memo:
         tables = _tables_of(pack)
-        first, second = tables.get((svc.name, intent.name)), tables.get((svc.name, then.name))
+        first, second = tables.get((svc.name, intent.name)), tables.get((nxt[0].name, nxt[1].name))
         out: list[int] = []
         if first is not None and second is not None:
-            shared = [s for s in list(then.required_slots) + list(then.optional_slots) if s in first.columns
-                      and s in second.columns and s not in first.echo and s not in second.echo]
-            if shared:
-                out = [n for n, row in enumerate(first.rows)
-                       if second.match({s: row[s] for s in shared if s in row})]
+            then = nxt[1]
+            if nxt[0].name == svc.name:
+                pairs = [(s, s) for s in list(then.required_slots) + list(then.optional_slots)]
+            else:
+                pairs = [(src, dst) for dst, src in sorted(link.items())]
+            pairs = [(a, b) for a, b in pairs if a in first.columns and b in second.columns
+                     and a not in first.echo and b not in second.echo]
+            if pairs:
+                out = [n for n, row in enumerate(first.rows) if second.match({b: row[a] for a, b in pairs if a in row})]
         memo[key] = out
     return memo[key]
 
@@ -472,28 +484,27 @@ def sample_goal(pack: Pack, rng: random.Random, services: list[str] | None = Non
             memo[key] = pool
         share = pack.stats.get("multi_service_share", 0.3) if multi_share is None else multi_share
         order = _services_for(pack, rng, pool, share)
+    steps = [(pack.service(name), intent) for name in order for intent in _chain(pack, pack.service(name), rng)]
+    links = [_link(pack, *steps[k - 1], *steps[k]) if k else {} for k in range(len(steps))]
     subgoals: list[dict[str, Any]] = []
-    prev: tuple[ServiceSchema, IntentSchema] | None = None
     known: dict[str, str] = {}  # the previous subgoal's likely result values, for carried-over slots
     sure: set[str] = set()  # those of them the user stated (the others come from a row the world may not offer)
-    for name in order:
-        svc = pack.service(name)
-        state: dict[str, str] = {}  # what the user has said to this service so far
-        chain = _chain(pack, svc, rng)
-        for k, intent in enumerate(chain):
-            link = _link(pack, prev[0], prev[1], svc, intent) if prev else {}
-            if intent.is_transactional:
-                subgoals.append(_txn_subgoal(pack, svc, intent, rng, link))
-            else:
-                then = chain[k + 1] if k + 1 < len(chain) and not chain[k + 1].is_transactional else None
-                subgoals.append(_search_subgoal(pack, svc, intent, rng, link, infeasible_share, known, sure, state,
-                                                then))
-            prev = (svc, intent)
-            last = subgoals[-1]
-            _fix_pairs(pack, svc, intent, last, known, rng)
-            linked = {s: known[ps] for s, ps in last["from_previous"].items() if ps in known}
-            sure = set(last["constraints"]) | {s for s, ps in last["from_previous"].items() if ps in sure}
-            known = {**(last["entity"] or {}), **last["constraints"], **linked}
-            state.update(linked)
-            state.update(last["constraints"])
+    state: dict[str, str] = {}  # what the user has said to the current service so far
+    for k, (svc, intent) in enumerate(steps):
+        if k and steps[k - 1][0] is not svc:
+            state = {}
+        link = links[k]
+        if intent.is_transactional:
+            subgoals.append(_txn_subgoal(pack, svc, intent, rng, link))
+        else:
+            nxt = steps[k + 1] if k + 1 < len(steps) else None
+            ahead = _ahead(pack, svc, intent, nxt, links[k + 1] if nxt else {})
+            subgoals.append(_search_subgoal(pack, svc, intent, rng, link, infeasible_share, known, sure, state, ahead))
+        last = subgoals[-1]
+        _fix_pairs(pack, svc, intent, last, known, rng)
+        linked = {s: known[ps] for s, ps in last["from_previous"].items() if ps in known}
+        sure = set(last["constraints"]) | {s for s, ps in last["from_previous"].items() if ps in sure}
+        known = {**(last["entity"] or {}), **last["constraints"], **linked}
+        state.update(linked)
+        state.update(last["constraints"])
     return {"services": order, "subgoals": subgoals}
