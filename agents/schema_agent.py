@@ -122,13 +122,16 @@ class _Track:
     def state(self) -> DialogueState:
         """The tracked state as SGD's DialogueState (reused while nothing changed; never mutated)."""
         st = self._state
-        if (st is None or self._version != self.version or st.requested_slots != self.requested
-                or st.active_intent != (self.intent or "NONE")):
+        if st is None or self._version != self.version:
             self._version = self.version
             # fresh lists: ``spoken``'s own lists grow later, a logged state must not
             st = self._state = DialogueState(
                 active_intent=self.intent or "NONE", requested_slots=list(self.requested),
                 slot_values={k: (v[:] if len(v) == 1 else sorted(v)) for k, v in self.spoken.items()})
+        elif st.requested_slots != self.requested or st.active_intent != (self.intent or "NONE"):
+            # values unchanged: the last state's slot_values dict is shared (no state is ever mutated)
+            st = self._state = DialogueState(active_intent=self.intent or "NONE",
+                                             requested_slots=list(self.requested), slot_values=st.slot_values)
         return st
 
 
@@ -316,7 +319,7 @@ class SchemaAgent:
         if missing:
             if out:  # answer first; the missing slots are asked on the next turn
                 return self._say(name, out, end=False)
-            if self.tracks.keys() - {name} and self.rng.random() < self.propose_rate:
+            if len(self.tracks) > 1 and self.rng.random() < self.propose_rate:  # another service is known
                 for slot in missing:
                     value = self._propose(name, svc, slot)
                     if value is not None:
@@ -440,7 +443,11 @@ class SchemaAgent:
             frames.append(Frame(service=name, actions=built, slots=spans))
             if "OFFER" in last:
                 self._offer_acts[name] = [a for a in built if a.act == "OFFER"]
-        state = {n: t.state() for n, t in self.tracks.items()}
+        if len(self.tracks) == 1:  # the common case: one service, no dict comprehension
+            (n, t), = self.tracks.items()
+            state = {n: t.state()}
+        else:
+            state = {n: t.state() for n, t in self.tracks.items()}
         return AgentReply(utterance=utterance, frames=frames, state=state, end=end)
 
 

@@ -88,6 +88,9 @@ def _act_key(a: Act) -> tuple[str, str]:
     return (a.act, a.slot)
 
 
+_EMPTY: dict[str, str] = {}  # read-only stand-in for a service with no values yet
+
+
 def _closing(items: Any) -> bool:
     """A "no" that closes the dialogue: the turn thanks and informs nothing."""
     return any(i[1] == "THANK_YOU" for i in items) and not any(i[1] == "INFORM" for i in items)
@@ -280,19 +283,26 @@ class AgendaUser:
 
     def _pop_volunteers(self, out: list, sub: _Sub, limit: int) -> None:
         """Pop INFORMs of not yet stated constraints from the agenda, each with probability verbosity."""
-        rng = self.rng
-        said = self.canon.get(sub.service, {})
+        rng, agenda, constraints = self.rng, self.agenda, sub.constraints
+        said = self.canon.get(sub.service, _EMPTY)
+        in_turn = None  # slots this turn already speaks of, built on first need
         n = 0
-        while n < limit and self.agenda and self.agenda[-1][0] == "INFORM":
-            _, slot, service = self.agenda[-1]
-            value = sub.constraints.get(slot)
-            if value is None or _same(said.get(slot), value) or any(o[2] == slot for o in out):
-                self.agenda.pop()
+        while n < limit and agenda and agenda[-1][0] == "INFORM":
+            _, slot, service = agenda[-1]
+            value = constraints.get(slot)
+            if value is None or _same(said.get(slot), value):
+                agenda.pop()
+                continue
+            if in_turn is None:
+                in_turn = {o[2] for o in out}
+            if slot in in_turn:
+                agenda.pop()
                 continue
             if rng.random() >= self.verbosity:
                 break
-            self.agenda.pop()
+            agenda.pop()
             out.append((service, "INFORM", slot, value))
+            in_turn.add(slot)
             n += 1
 
     def _opening(self) -> list:
