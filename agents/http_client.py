@@ -193,9 +193,12 @@ class PoolStats:
 class HttpPool:
     """One aiohttp session and in-flight semaphore shared by all episodes of an agent factory."""
 
-    def __init__(self, settings: HttpSettings, secrets: tuple[str, ...] = ()) -> None:
+    def __init__(self, settings: HttpSettings, secrets: tuple[str, ...] = (),
+                 headers: Mapping[str, str] | None = None) -> None:
         self.settings = settings
         self.stats = PoolStats()
+        # Headers every request carries: the session's defaults, so aiohttp does not merge them per request.
+        self._headers = dict(headers or {})
         # Values that must never appear in a fault detail (API keys): scrubbed defensively.
         self._secrets = tuple(s for s in secrets if s)
         self._session: aiohttp.ClientSession | None = None
@@ -211,7 +214,7 @@ class HttpPool:
             # A session belongs to the loop it was made in; a new loop (a second asyncio.run) gets its own.
             ssl_ctx: ssl.SSLContext | bool = True if self.settings.verify_tls else False
             connector = aiohttp.TCPConnector(limit=self.settings.concurrency, limit_per_host=0, ssl=ssl_ctx)
-            self._session = aiohttp.ClientSession(connector=connector, timeout=self._timeout,
+            self._session = aiohttp.ClientSession(connector=connector, timeout=self._timeout, headers=self._headers,
                                                   auto_decompress=True, trust_env=False)
             self._sem = asyncio.Semaphore(self.settings.concurrency)
             self._loop = loop
@@ -252,11 +255,12 @@ class HttpPool:
             text = text.replace(secret, "***")
         return text[:500]
 
-    async def post(self, url: str, body: bytes, headers: Mapping[str, str],
+    async def post(self, url: str, body: bytes, headers: Mapping[str, str] | None,
                    rng: random.Random | Callable[[], random.Random],
                    decode: Callable[[bytes], T]) -> tuple[T, list[FaultReport], float]:
         """POST ``body`` until a 2xx answer decodes; returns (decoded, faults met, seconds of the good attempt).
 
+        ``headers`` are added to the pool's own (None: the pool's alone, the cheapest).
         ``rng`` (the agent's stream, or a maker of it) draws the backoff jitter, only when a retry is due.
         Raises ``AgentFailure`` with every fault when the retries are exhausted or a fault is not retryable.
         """
@@ -306,7 +310,7 @@ class HttpPool:
         raise AssertionError("unreachable")
 
     async def _attempt(self, session: aiohttp.ClientSession, url: str, body: bytes,
-                       headers: Mapping[str, str], attempt: int) -> bytes:
+                       headers: Mapping[str, str] | None, attempt: int) -> bytes:
         cap = self.settings.max_response_bytes
         try:
             async with session.post(url, data=body, headers=headers, allow_redirects=False) as resp:

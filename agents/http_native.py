@@ -381,7 +381,7 @@ class NativeHttpAgent:
         ctx, f = self.ctx, self._f
         body = self.request(obs)
         started = time.perf_counter()
-        response, faults, _ = await f.pool.post(f.url, body, f.headers, ctx.rng,
+        response, faults, _ = await f.pool.post(f.url, body, None, ctx.rng,
                                                 decode_response)
         self._elapsed += time.perf_counter() - started
         if response.usage is not None:
@@ -411,7 +411,6 @@ class NativeAgentFactory:
         self.url = url
         self.settings = HttpSettings.from_options(options)
         key = api_key(options)
-        self.pool = HttpPool(self.settings, secrets=(key,) if key else ())
         self.prices = price_options(options)
         self.measured_latency = latency_mode(options)
         self.send_scenario = str(options.get("send_scenario", "true")).lower() not in ("0", "false", "no", "off")
@@ -419,6 +418,7 @@ class NativeAgentFactory:
                         "User-Agent": "dialogsim/" + PROTOCOL.split("/")[1]}
         if key:
             self.headers["Authorization"] = f"Bearer {key}"
+        self.pool = HttpPool(self.settings, secrets=(key,) if key else (), headers=self.headers)
 
     def __call__(self) -> NativeHttpAgent:
         """A fresh agent for one episode."""

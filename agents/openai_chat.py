@@ -25,6 +25,7 @@ from .http_native import (AgentMessage, Message, ToolCallMessage, ToolResultMess
                           api_key, history_messages, latency_mode, price_options)
 
 _NAME_OK = re.compile(r"[^A-Za-z0-9_-]")
+_encode = msgspec.json.Encoder().encode
 
 
 def function_name(service: str, method: str) -> str:
@@ -164,7 +165,9 @@ class OpenAIChatAgent:
     def start(self, ctx: EpisodeContext) -> None:
         """Build the function tools and the system prompt of the episode."""
         self.ctx = ctx
-        self._tools, self._names = function_tools(ctx.tools)
+        tools, self._names = function_tools(ctx.tools)
+        # The tools are the same in every request of the episode: encoded once (a few kB for SGD services).
+        self._tools = msgspec.Raw(_encode(tools)) if tools else None
         self._system = self._f.system_prompt or system_prompt(ctx.tools)
 
     async def respond(self, obs: Observation) -> AgentReply:
@@ -176,13 +179,13 @@ class OpenAIChatAgent:
         # `user` (OpenAI's end-user id) carries the episode id, so a server can keep per-episode state.
         body: dict[str, Any] = {"model": f.model, "messages": chat_messages(self._system, messages),
                                 "user": self.ctx.episode_id}
-        if self._tools:
+        if self._tools is not None:
             body["tools"] = self._tools
         if f.temperature is not None:
             body["temperature"] = f.temperature
         started = time.perf_counter()
-        completion, faults, _ = await f.pool.post(f.url, json.dumps(body).encode(), f.headers, self.ctx.rng,
-                                                  decode_completion)
+        # msgspec, not json.dumps: ~6 us instead of ~80 us for a late SGD turn's request (tools, 10 result rows).
+        completion, faults, _ = await f.pool.post(f.url, _encode(body), None, self.ctx.rng, decode_completion)
         self._elapsed += time.perf_counter() - started
         if completion.usage is not None:
             self._meter.add(completion.usage.prompt_tokens, completion.usage.completion_tokens)
@@ -225,7 +228,6 @@ class OpenAIAgentFactory:
         self.url = chat_url(base)
         self.settings = HttpSettings.from_options(options)
         key = api_key(options)
-        self.pool = HttpPool(self.settings, secrets=(key,) if key else ())
         self.prices = price_options(options)
         self.measured_latency = latency_mode(options)
         self.temperature = _number(options, "temperature", -1.0)
@@ -234,6 +236,7 @@ class OpenAIAgentFactory:
         self.headers = {"Content-Type": "application/json", "Accept": "application/json"}
         if key:
             self.headers["Authorization"] = f"Bearer {key}"
+        self.pool = HttpPool(self.settings, secrets=(key,) if key else (), headers=self.headers)
 
     def __call__(self) -> OpenAIChatAgent:
         """A fresh agent for one episode."""

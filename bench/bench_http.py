@@ -12,7 +12,8 @@ Prints requests/s of each and their ratio (target >= 0.8): medians over ``--roun
 the agent layer alone (``NativeHttpAgent.respond`` in a loop, no engine). ``--with-think`` adds runs against
 a 20 ms endpoint with think time 0 and with the default think/latency models. Every figure comes with the
 requests in flight on average (wire time over wall span, from the agent's pool): the concurrency actually
-achieved, so a driver that serialises live calls shows ~1 there whatever ``--concurrency`` says.
+achieved, so a driver that serialises live calls shows ~1 there whatever ``--concurrency`` says; and the
+client's CPU time per request (getrusage of this process), which other load on the machine hardly moves.
 
     python bench/bench_http.py [--requests 10000] [--concurrency 16 64] [--rounds 3] [--with-think]
 """
@@ -23,6 +24,7 @@ import argparse
 import asyncio
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -72,6 +74,12 @@ def start_server(kind: str) -> tuple[subprocess.Popen, str]:
         proc.kill()
         raise SystemExit(f"server did not start: {line!r}")
     return proc, line.split()[-1]
+
+
+def cpu_seconds() -> float:
+    """User + system CPU time of this process (the server runs in its own)."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
 
 
 def sample_body() -> bytes:
@@ -125,7 +133,7 @@ async def agent_loop(url: str, concurrency: int, total: int) -> tuple[float, flo
 
     from dialogsim.agents.base import Observation
     from dialogsim.agents.http_native import http_agent_factory
-    from dialogsim.engine.events import UserTurn
+    from dialogsim.engine.events import AgentTurn, UserTurn
     from dialogsim.scenarios.base import EpisodeContext
     from dialogsim.scenarios.builtin import BuiltinScenarios
 
@@ -135,18 +143,24 @@ async def agent_loop(url: str, concurrency: int, total: int) -> tuple[float, flo
     left = total
 
     async def worker(k: int) -> None:
+        # Episodes of 5 exchanges whose history grows as the engine's does, so that request building costs
+        # what it costs in a run (each message encoded once per episode).
         nonlocal left
-        agent = factory()
-        agent.start(EpisodeContext(episode_id=f"e{k}", scenario=scenario, tools=sc.tools(scenario),
-                                   rng=random.Random(k), seed=k))
         history: list = []
-        turn = 0
         while left > 0:
             left -= 1
-            said = UserTurn(run="r", ep=f"e{k}", seq=len(history), t=0.0, wall=0, turn=turn, utterance="Hello.")
+            if len(history) >= 10:
+                history = []
+            if not history:
+                agent = factory()
+                agent.start(EpisodeContext(episode_id=f"e{k}-{left}", scenario=scenario, tools=sc.tools(scenario),
+                                           rng=random.Random(k), seed=k))
+            turn = len(history)
+            said = UserTurn(run="r", ep=f"e{k}", seq=turn, t=0.0, wall=0, turn=turn, utterance="Hello.")
             history.append(said)
-            await agent.respond(Observation(user=said, history=history[-6:], turn_index=turn + 1))
-            turn += 2
+            reply = await agent.respond(Observation(user=said, history=history, turn_index=turn + 1))
+            history.append(AgentTurn(run="r", ep=f"e{k}", seq=turn + 1, t=0.0, wall=0, turn=turn + 1,
+                                     utterance=reply.utterance))
 
     start = time.perf_counter()
     try:
@@ -169,8 +183,9 @@ def _capturing_factory(arg: str | None, scenarios: object, options: dict) -> obj
 
 
 def dialogsim_run(url: str, concurrency: int, episodes: int, durability: str, think: str = "0",
-                  latency: str = "0") -> tuple[float, int, float]:
-    """Requests/s of a real run (start_run), the agent requests it made and how many were in flight on average."""
+                  latency: str = "0") -> tuple[float, int, float, float]:
+    """Requests/s of a real run (start_run), the agent requests it made, how many were in flight on average
+    and the CPU seconds per request."""
     from dialogsim.engine.log import read_events
     from dialogsim.engine.registry import register_agent
     from dialogsim.engine.session import RunConfig, start_run
@@ -181,12 +196,12 @@ def dialogsim_run(url: str, concurrency: int, episodes: int, durability: str, th
         config = RunConfig(scenarios="builtin", user="scripted", agent=f"bench-http:{url}", episodes=episodes,
                            concurrency=concurrency, think=think, latency=latency, durability=durability,
                            agent_options={"concurrency": concurrency})
-        start = time.perf_counter()
+        cpu, start = cpu_seconds(), time.perf_counter()
         result = start_run(out, config, progress=False)
-        elapsed = time.perf_counter() - start
+        elapsed, cpu = time.perf_counter() - start, cpu_seconds() - cpu
         assert result.status == "completed", result
         requests = sum(1 for _ in read_events(out, types={"agent_turn"}))
-    return requests / elapsed, requests, _pools.pop().stats.mean_in_flight
+    return requests / elapsed, requests, _pools.pop().stats.mean_in_flight, cpu / requests
 
 
 def main() -> None:
@@ -218,29 +233,36 @@ def main() -> None:
         for c in args.concurrency:
             # Paired rounds, each measuring all three back to back: on a shared machine the load drifts, and
             # the median of per-round ratios is far steadier than a ratio of two separate bests.
-            ours, raw, layer, ratios, layer_ratios, n = [], [], [], [], [], 0
+            rates: dict[str, list[float]] = {"run": [], "raw": [], "layer": []}
             flight: dict[str, list[float]] = {"run": [], "raw": [], "layer": []}
+            cpu: dict[str, list[float]] = {"run": [], "raw": [], "layer": []}
+            ratios, layer_ratios, n = [], [], 0
             for _ in range(args.rounds):
-                rate, n, f_run = dialogsim_run(url, c, episodes, args.durability)
+                rate, n, f_run, c_run = dialogsim_run(url, c, episodes, args.durability)
+                t0 = cpu_seconds()
                 base, f_raw = asyncio.run(raw_loop(url, c, n, body))
+                t1 = cpu_seconds()
                 alone, f_layer = asyncio.run(agent_loop(url, c, n))
-                ours.append(rate), raw.append(base), layer.append(alone)
+                t2 = cpu_seconds()
+                for key, r, f, u in (("run", rate, f_run, c_run), ("raw", base, f_raw, (t1 - t0) / n),
+                                     ("layer", alone, f_layer, (t2 - t1) / n)):
+                    rates[key].append(r), flight[key].append(f), cpu[key].append(u)
                 ratios.append(rate / base), layer_ratios.append(alone / base)
-                flight["run"].append(f_run), flight["raw"].append(f_raw), flight["layer"].append(f_layer)
-            med = {k: statistics.median(v) for k, v in flight.items()}
-            print(f"concurrency {c:3d}: dialogsim run {statistics.median(ours):7.0f} req/s | raw aiohttp "
-                  f"{statistics.median(raw):7.0f} req/s | ratio {statistics.median(ratios):.2f} "
-                  f"(rounds {min(ratios):.2f}..{max(ratios):.2f}; target >= 0.8) | agent layer alone "
-                  f"{statistics.median(layer):7.0f} req/s, ratio {statistics.median(layer_ratios):.2f} | "
-                  f"{n} requests per round")
-            print(f"                 in flight on average: dialogsim run {med['run']:5.1f} | raw aiohttp "
-                  f"{med['raw']:5.1f} | agent layer alone {med['layer']:5.1f} (of {c})")
+            med = {k: (statistics.median(rates[k]), statistics.median(flight[k]), 1e6 * statistics.median(cpu[k]))
+                   for k in rates}
+            print(f"concurrency {c:3d}: dialogsim run {med['run'][0]:7.0f} req/s | raw aiohttp {med['raw'][0]:7.0f} "
+                  f"req/s | ratio {statistics.median(ratios):.2f} (rounds {min(ratios):.2f}..{max(ratios):.2f}; "
+                  f"target >= 0.8) | agent layer alone {med['layer'][0]:7.0f} req/s, ratio "
+                  f"{statistics.median(layer_ratios):.2f} | {n} requests per round")
+            print(f"                 in flight on average (of {c}) / client CPU per request: dialogsim run "
+                  f"{med['run'][1]:5.1f} / {med['run'][2]:4.0f} us | raw aiohttp {med['raw'][1]:5.1f} / "
+                  f"{med['raw'][2]:4.0f} us | agent layer alone {med['layer'][1]:5.1f} / {med['layer'][2]:4.0f} us")
         if args.with_think and args.server == "trivial":
             c = args.concurrency[0]
             few = max(1, episodes // 10)
             slow = url.rstrip("/") + "/slow"
-            flat, n, f_flat = dialogsim_run(slow, c, few, args.durability)
-            spread, _, f_spread = dialogsim_run(slow, c, few, args.durability, "uniform:1,4", "uniform:0.2,0.8")
+            flat, n, f_flat, _ = dialogsim_run(slow, c, few, args.durability)
+            spread, _, f_spread, _ = dialogsim_run(slow, c, few, args.durability, "uniform:1,4", "uniform:0.2,0.8")
             raw_slow, f_raw = asyncio.run(raw_loop(slow, c, n, body))
             print(f"endpoint answering in {SLOW * 1000:.0f} ms, concurrency {c}, {n} requests (req/s, in flight on "
                   f"average): raw aiohttp {raw_slow:6.0f}, {f_raw:4.1f} | dialogsim think 0 {flat:6.0f}, "
