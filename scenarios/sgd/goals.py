@@ -36,10 +36,24 @@ _ANY = ("dontcare", "")
 
 def _memo(pack: Pack) -> dict[Any, Any]:
     """Per-pack cache of everything a draw derives from the pack alone (weights, links, pools)."""
-    memo = pack.__dict__.get("_goal_memo")
-    if memo is None:
+    try:
+        return pack._goal_memo  # type: ignore[attr-defined]
+    except AttributeError:
         memo = pack.__dict__["_goal_memo"] = {}
-    return memo
+        return memo
+
+
+def _spec(pack: Pack, svc: ServiceSchema, intent: IntentSchema) -> tuple:
+    """Per intent, once: its table and rows, echo slots, required slots and sorted optional (slot, default)."""
+    memo = _memo(pack)
+    key = ("spec", svc.name, intent.name)
+    got = memo.get(key)
+    if got is None:
+        table = _tables_of(pack).get((svc.name, intent.name))
+        got = memo[key] = (table, pack.entities(svc.name, intent.name) if not intent.is_transactional else [],
+                           table.echo if table is not None else frozenset(), tuple(intent.required_slots),
+                           tuple(sorted(intent.optional_slots.items())))
+    return got
 
 
 def _weights(items: dict[str, float]) -> tuple[list[str], list[float]] | None:
@@ -238,9 +252,7 @@ def _search_subgoal(pack: Pack, svc: ServiceSchema, intent: IntentSchema, rng: r
                     link: dict[str, str], infeasible_share: float, known: dict[str, str],
                     sure: frozenset[str] | set[str] = frozenset(),
                     state: dict[str, str] | None = None, ahead: list[int] | None = None) -> dict[str, Any]:
-    table = _tables_of(pack).get((svc.name, intent.name))
-    rows = pack.entities(svc.name, intent.name)
-    echo = table.echo if table is not None else frozenset()
+    table, rows, echo, required, optional_items = _spec(pack, svc, intent)
     entity = (rows[ahead[rng.randrange(len(ahead))]] if ahead else rng.choice(rows)) if rows else {}
     # values said earlier to this service stay in the dialogue state and filter this search too
     inherited = {s: v for s, v in (state or {}).items() if s not in link and v not in _ANY and table is not None
@@ -272,14 +284,14 @@ def _search_subgoal(pack: Pack, svc: ServiceSchema, intent: IntentSchema, rng: r
         if entity.get(slot) and entity[slot].lower() != value.lower():
             constraints[slot] = entity[slot]  # the user changes what no longer fits
     optional: dict[str, str] = {}
-    for slot in intent.required_slots:
+    for slot in required:
         if slot in link:
             continue
         v = entity.get(slot) if slot not in echo else None
         v = v or _value(pack, svc.name, slot, rng)
         if v:
             constraints[slot] = v
-    for slot, default in sorted(intent.optional_slots.items()):
+    for slot, default in optional_items:
         if slot in link:
             continue
         v = entity.get(slot) if slot not in echo else _value(pack, svc.name, slot, rng)
@@ -372,14 +384,15 @@ def _txn_subgoal(pack: Pack, svc: ServiceSchema, intent: IntentSchema, rng: rand
         entity = rng.choice(fitting)  # the entity to book, unless the previous subgoal names it
     constraints: dict[str, str] = {}
     optional: dict[str, str] = {}
-    for slot in intent.required_slots:
+    _, _, _, required, optional_items = _spec(pack, svc, intent)
+    for slot in required:
         if slot in link:
             continue
         v = entity.get(slot) if slot not in echo else None
         v = v or _value(pack, svc.name, slot, rng)
         if v:
             constraints[slot] = v
-    for slot, default in sorted(intent.optional_slots.items()):
+    for slot, default in optional_items:
         if slot in link:
             continue
         v = (entity.get(slot) if slot not in echo else None) or _value(pack, svc.name, slot, rng)

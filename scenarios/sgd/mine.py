@@ -100,6 +100,20 @@ def delexicalise(utterance: str, frame: dict[str, Any]) -> tuple[str, list] | No
     return sig, parts
 
 
+_NONWORD = re.compile(r"[^a-z0-9]+")
+
+
+def _norm(text: str) -> str:
+    """Lower-case words separated and surrounded by single spaces (for whole-word containment tests)."""
+    return f" {_NONWORD.sub(' ', text.lower()).strip()} "
+
+
+def _leaks(parts: list, values: Iterable[str]) -> bool:
+    """Whether a template's literal text spells out one of the dialogue's entity values."""
+    literal = _norm(" ".join(p for p in parts if isinstance(p, str)))
+    return any(v in literal for v in values)
+
+
 class Miner:
     """Accumulates everything a pack needs from a stream of dialogues of known services."""
 
@@ -127,6 +141,7 @@ class Miner:
     def add(self, dialogue: dict[str, Any], where: str) -> None:
         """Mine one dialogue; frames of services missing from the schemas are skipped (counted as unknown)."""
         self.dialogues += 1
+        named = self._named_values(dialogue)
         for turn in dialogue.get("turns", []):
             self.turns += 1
             speaker = turn.get("speaker")
@@ -150,7 +165,8 @@ class Miner:
                     self._call(svc, frame["service_call"], frame.get("service_results", []))
             if len(frames) == 1 and speaker in ("USER", "SYSTEM") and frames[0].get("service") in self.services:
                 got = delexicalise(turn.get("utterance", ""), frames[0])
-                if got is not None and any(isinstance(p, int) or any(c.isalpha() for c in p) for p in got[1]):
+                if (got is not None and any(isinstance(p, int) or any(c.isalpha() for c in p) for p in got[1])
+                        and not _leaks(got[1], named.get(frames[0]["service"], ()))):
                     self.delex_ok += 1
                     sig, parts = got
                     svc = frames[0]["service"]
@@ -165,6 +181,31 @@ class Miner:
                             self.by_slot[speaker][sig][svc][tuple(parts)] += 1
         self._state_forms(dialogue)
         self.stat.add(dialogue, self.services)
+
+    def _named_values(self, dialogue: dict[str, Any]) -> dict[str, set[str]]:
+        """Per service, the non-categorical values a dialogue mentions anywhere (acts, states, results),
+        normalised for word matching: a template that still spells one out (a car model the annotators left
+        unmarked) would say it in every dialogue that uses it."""
+        out: dict[str, set[str]] = defaultdict(set)
+        for turn in dialogue.get("turns", []):
+            for fr in turn.get("frames", []):
+                svc = self.services.get(fr.get("service"))
+                if svc is None:
+                    continue
+                found = out[svc.name]
+                values: list[tuple[str, str]] = []
+                for a in fr.get("actions", []):
+                    values.extend((a.get("slot", ""), v) for v in a.get("values", []) + a.get("canonical_values", []))
+                for slot, vals in (fr.get("state") or {}).get("slot_values", {}).items():
+                    values.extend((slot, v) for v in vals)
+                for row in fr.get("service_results", []):
+                    values.extend(row.items())
+                for slot, v in values:
+                    if slot in svc.slots and not svc.is_categorical(slot) and len(v) >= 3 and any(c.isalpha() for c in v):
+                        norm = _norm(v)
+                        if norm.strip() and norm.strip() not in ("dontcare", "true", "false"):
+                            found.add(norm)
+        return out
 
     def _state_forms(self, dialogue: dict[str, Any]) -> None:
         """Surface forms only seen in dialogue states: a state lists every variant of a value, so a variant

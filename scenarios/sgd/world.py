@@ -28,7 +28,7 @@ def _is_name(slot: str) -> bool:
 class _Table:
     """One intent's rows with an index from (slot, lower-cased value) to row numbers."""
 
-    __slots__ = ("rows", "index", "columns", "echo", "echo_results", "cap", "ident")
+    __slots__ = ("rows", "index", "columns", "echo", "echo_results", "cap", "ident", "names", "all")
 
     def __init__(self, rows: list[dict[str, str]], echo: list[str], result_slots: tuple[str, ...] = (),
                  cap: int = 10, ident: str | None = None):
@@ -42,24 +42,37 @@ class _Table:
         for n, row in enumerate(rows):
             for k, v in row.items():
                 index.setdefault(k, {}).setdefault(v.lower(), []).append(n)
-        self.index: dict[str, dict[str, frozenset[int]]] = {
-            k: {v: frozenset(ns) for v, ns in by.items()} for k, by in index.items()}
+        # per value: the row numbers in order (to walk) and as a set (to test): no sort at call time
+        self.index: dict[str, dict[str, tuple[tuple[int, ...], frozenset[int]]]] = {
+            k: {v: (tuple(ns), frozenset(ns)) for v, ns in by.items()} for k, by in index.items()}
+        self.all = tuple(range(len(rows)))
+        self.names = [row.get(ident, "").lower() for row in rows] if ident else []
 
-    def match(self, filters: dict[str, str]) -> list[int]:
-        """Row numbers matching every filter on a column of the table (others are ignored)."""
-        best: frozenset[int] | None = None
+    def match(self, filters: dict[str, str]) -> tuple[int, ...] | list[int]:
+        """Row numbers, ascending, matching every filter on a column of the table (others are ignored)."""
+        hits = None
+        echo, columns, index = self.echo, self.columns, self.index
         for k, v in filters.items():
-            if v in _ANY or k in self.echo or k not in self.columns:
+            if v in _ANY or k in echo or k not in columns:
                 continue
-            hit = self.index[k].get(v.lower())
-            if not hit:
-                return []
-            best = hit if best is None else best & hit
-            if not best:
-                return []
-        if best is None:
-            return list(range(len(self.rows)))
-        return sorted(best) if len(best) > 1 else list(best)
+            hit = index[k].get(v.lower())
+            if hit is None:
+                return ()
+            if hits is None:
+                hits = [hit]
+            else:
+                hits.append(hit)
+        if hits is None:
+            return self.all
+        if len(hits) == 1:
+            return hits[0][0]
+        hits.sort(key=lambda h: len(h[0]))
+        out = hits[0][0]
+        for _, other in hits[1:]:
+            out = [n for n in out if n in other]
+            if not out:
+                break
+        return out
 
 
 class SgdWorld:
@@ -117,26 +130,27 @@ class SgdWorld:
         if table is None:
             return []
         hits = table.match(params)
-        if len(hits) > 1:
-            # a random rotation: results vary per call at the cost of one draw, not a shuffle
-            start = self.rng.randrange(len(hits))
-            hits = hits[start:] + hits[:start]
+        n_hits = len(hits)
+        if n_hits > 1:
+            # from a random start, wrapping round: results vary per call at the cost of one draw
+            start = self.rng.randrange(n_hits)
             cap = table.cap if self.max_results is None else self.max_results
-            ident = table.ident
-            if ident is not None:
+            names = table.names
+            kept = []
+            if names:
                 seen: set[str] = set()
-                kept = []
-                rows = table.rows
-                for n in hits:
-                    name = rows[n][ident].lower()
+                for i in range(start, start + n_hits):
+                    n = hits[i % n_hits]
+                    name = names[n]
                     if name not in seen:
                         seen.add(name)
                         kept.append(n)
                         if len(kept) == cap:
                             break
-                hits = kept
             else:
-                hits = hits[:cap]
+                for i in range(start, start + min(cap, n_hits)):
+                    kept.append(hits[i % n_hits])
+            hits = kept
         echoed = {slot: v for slot in table.echo_results if (v := params.get(slot)) and v != "dontcare"}
         rows = table.rows
         if echoed:

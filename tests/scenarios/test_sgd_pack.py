@@ -225,3 +225,28 @@ def test_result_counts_are_mined():
     assert stats["Weather_1"]["results"]["GetWeather"] == 1
     assert stats["Flights_3"]["results"]["SearchOnewayFlight"] == 5
     assert stats["Restaurants_2"]["results"]["FindRestaurants"] == 10
+
+
+def test_templates_never_spell_out_an_unannotated_entity_value():
+    """A system turn that names the car model without annotating it ("a Standard Bolt") is not mined as a
+    template (it would name that model whatever car is confirmed); the same turn without the name is."""
+    from dialogsim.scenarios.sgd.mine import Miner
+
+    svc = load_pack().service("RentalCars_1")
+    act = {"act": "CONFIRM", "slot": "pickup_location", "values": ["Fresno Station"],
+           "canonical_values": ["Fresno Station"]}
+    results = [{"car_name": "Bolt", "pickup_location": "Fresno Station", "type": "Standard"}]
+
+    def dialogue(text):
+        start = text.index("Fresno Station")
+        frame = {"service": "RentalCars_1", "actions": [act], "service_results": results,
+                 "slots": [{"slot": "pickup_location", "start": start, "exclusive_end": start + 14}]}
+        return {"dialogue_id": "x", "services": ["RentalCars_1"],
+                "turns": [{"speaker": "SYSTEM", "utterance": text, "frames": [frame]}]}
+
+    leaky, clean = Miner({"RentalCars_1": svc}), Miner({"RentalCars_1": svc})
+    leaky.add(dialogue("Please confirm: a Standard Bolt from Fresno Station."), "t")
+    clean.add(dialogue("Please confirm: a Standard car from Fresno Station."), "t")
+    assert not leaky.templates["SYSTEM"]["RentalCars_1"]
+    assert list(clean.templates["SYSTEM"]["RentalCars_1"]["CONFIRM(pickup_location)"]) == [
+        ("Please confirm: a Standard car from ", 0, ".")]
