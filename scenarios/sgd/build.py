@@ -22,7 +22,7 @@ from .mine import Miner, iter_dialogues
 from .pack import FORMAT, MANIFEST, VERSION, _read, is_pack_dir
 from .schema import ServiceSchema, load_schemas
 from .pairs import order_dates, slot_pairs
-from .values import _kind, generate
+from .values import _kind, generate, value_kind
 
 GENERATED_ROWS = 40
 POOL_SIZE = 16
@@ -127,14 +127,16 @@ def build_pack(dialogue_dirs: Iterable[str | Path], schema_paths: Iterable[str |
 
 
 def _mined_values(miner: Miner, services: dict[str, ServiceSchema], rows: bool) -> dict[tuple[str, str], list[str]]:
-    """Values seen per (slot name, kind) in service calls (and result rows): material for generation."""
-    out: dict[tuple[str, str], set[str]] = {}
+    """Values seen per (slot name, kind) in service calls (and result rows): material for generation.
+
+    A slot's kind is judged from its values too, so that a taxi's "destination" (addresses, restaurants)
+    never lends values to a flight's destination city; categorical slots lend none."""
+    seen: dict[tuple[str, str], set[str]] = {}
 
     def add(svc: str, slot: str, values: Iterable[str]) -> None:
-        kind = _kind(services[svc].slots[slot])
-        values = [v for v in values if v != "dontcare"]
-        out.setdefault((slot, kind), set()).update(values)
-        out.setdefault((f"{services[svc].domain}/{slot}", kind), set()).update(values)
+        if services[svc].is_categorical(slot):
+            return
+        seen.setdefault((svc, slot), set()).update(v for v in values if v != "dontcare")
 
     for svc, slots in miner.params.items():
         for slot, cnt in slots.items():
@@ -145,6 +147,11 @@ def _mined_values(miner: Miner, services: dict[str, ServiceSchema], rows: bool) 
                 for row in table:
                     for k, v in row:
                         add(svc, k, (v,))
+    out: dict[tuple[str, str], set[str]] = {}
+    for (svc, slot), values in sorted(seen.items()):
+        kind = value_kind(services[svc].slots[slot], sorted(values))
+        out.setdefault((slot, kind), set()).update(values)
+        out.setdefault((f"{services[svc].domain}/{slot}", kind), set()).update(values)
     return {k: sorted(v) for k, v in out.items()}
 
 
@@ -208,6 +215,9 @@ def _pools(miner: Miner, services: dict[str, ServiceSchema], entities: dict[str,
                 vals[v] = None
             for v in sorted(miner.params.get(name, {}).get(slot, {})):
                 if v != "dontcare":
+                    vals[v] = None
+            for v in sorted(miner.outputs.get(name, {}).get(slot, {})):
+                if v != "dontcare" and (not spec.is_categorical or v in spec.possible_values):
                     vals[v] = None
             for table in entities.get(name, {}).values():
                 if slot in table["columns"]:

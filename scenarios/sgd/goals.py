@@ -28,7 +28,7 @@ from typing import Any
 from .pack import Pack
 from .schema import IntentSchema, ServiceSchema
 from .pairs import is_date, order_dates, slot_pairs
-from .values import _kind, plausible
+from .values import _kind, value_kind
 from .world import _tables_of
 
 _ANY = ("dontcare", "")
@@ -184,20 +184,12 @@ def _compatible(source: str, target: str) -> bool:
 
 
 def _vkind(pack: Pack, service: str, slot: str) -> str:
-    """The kind of a slot by its name and description, corrected by its values: a "location" whose values
-    are stations or venues is a place, one whose values are street addresses an address."""
+    """The kind of a slot, judged by its values too (a "location" of stations is a place)."""
     key = ("vkind", service, slot)
     memo = _memo(pack)
     kind = memo.get(key)
     if kind is None:
-        kind = _kind(pack.service(service).slots[slot])
-        if kind == "city":
-            pool = [v for v in pack.value_pool(service, slot) if v not in _ANY]
-            if pool and sum(v[:1].isdigit() for v in pool) > len(pool) / 2:
-                kind = "address"
-            elif pool and sum(plausible("city", v) for v in pool) < 0.8 * len(pool):
-                kind = "place"
-        memo[key] = kind
+        kind = memo[key] = value_kind(pack.service(service).slots[slot], pack.value_pool(service, slot))
     return kind
 
 

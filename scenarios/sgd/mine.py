@@ -125,6 +125,7 @@ class Miner:
         self.spoken: dict[str, dict[str, dict[str, Counter]]] = defaultdict(lambda: defaultdict(lambda: defaultdict(Counter)))
         self.global_spoken: dict[str, Counter] = defaultdict(Counter)
         self.params: dict[str, dict[str, Counter]] = defaultdict(lambda: defaultdict(Counter))
+        self.outputs: dict[str, dict[str, Counter]] = defaultdict(lambda: defaultdict(Counter))
         self.templates: dict[str, dict[str, dict[str, Counter]]] = {
             sp: defaultdict(lambda: defaultdict(Counter)) for sp in ("USER", "SYSTEM")}
         self.generic: dict[str, dict[str, dict[tuple, set]]] = {
@@ -272,6 +273,11 @@ class Miner:
         params = call.get("parameters", {})
         for k, v in params.items():
             self.params[svc][k][v] += 1
+        if intent is not None and intent.is_transactional:
+            for row in results:  # what bookings return (a transfer's days, a ride's fare): value pools
+                for k, v in row.items():
+                    if k in intent.result_slots and k not in params:
+                        self.outputs[svc][k][v] += 1
         if intent is None or intent.is_transactional:
             return
         for row in results:

@@ -19,7 +19,7 @@ _STREETS = ["Main Street", "Oak Avenue", "Park Road", "Market Street", "El Camin
             "Mission Street", "Castro Street", "University Avenue", "Lincoln Way"]
 _WORDS = ["Blue", "Golden", "Silver", "Royal", "Green", "Sunset", "Harbor", "Maple", "Cedar", "Lakeside",
           "Grand", "Little", "Old Town", "Riverside", "Summit"]
-_NOUNS = {"venue": "Hall", "stadium": "Stadium", "hotel": "Inn", "restaurant": "Kitchen", "movie": "Story", "song": "Song", "album": "Album",
+_NOUNS = {"venue": "Hall", "event": "Arena", "stadium": "Stadium", "hotel": "Inn", "restaurant": "Kitchen", "movie": "Story", "song": "Song", "album": "Album",
           "event": "Festival", "theater": "Theater", "doctor": "Clinic", "salon": "Salon", "apartment": "Apartments",
           "property": "Residences", "station": "Station", "airport": "Airport", "car": "Sedan"}
 _PEOPLE = ["Alex Morgan", "Jamie Lee", "Sam Carter", "Taylor Reed", "Jordan Blake", "Casey Nguyen",
@@ -36,6 +36,8 @@ def _kind(slot: SlotSchema) -> str:
     desc = slot.description.lower()
     dwords = set(re.findall(r"[a-z]+", desc))
     tokens = {t[:-1] if t.endswith("s") else t for t in name.split("_")}  # "account" is not a "count"
+    if "time" in tokens and (dwords & {"days", "minutes", "hours", "waiting", "duration"} or "number of" in desc):
+        return "count"  # a transfer's "time" in days, a cab's waiting "time" in minutes
     for kind, words in (("time", ("time",)), ("date", ("date",)), ("phone", ("phone",)),
                         ("address", ("address", "street")),
                         ("money", ("price", "fare", "cost", "amount", "balance", "rent", "fee")),
@@ -48,6 +50,8 @@ def _kind(slot: SlotSchema) -> str:
         return "address"
     if dwords & {"station", "airport", "terminus"}:
         return "station"
+    if "venue" in name or "venue" in dwords:
+        return "place"
     if any(w in name for w in ("city", "location", "area", "destination", "origin")):
         return "city"
     if any(w in name for w in _PERSON) or (("name" in name or "title" in name or desc.startswith("name of"))
@@ -82,7 +86,22 @@ def plausible(kind: str, value: str) -> bool:
         return bool(re.fullmatch(r"\d{4}-\d{2}-\d{2}", value))
     if kind in ("money", "count", "rating"):
         return bool(re.fullmatch(r"[\d.]+", value))
+    if kind == "address":
+        return value[:1].isdigit()
     return True
+
+
+def value_kind(slot: SlotSchema, values: list[str]) -> str:
+    """The kind of a slot by name and description, corrected by values seen for it: a "location" whose
+    values are stations or venues is a place, one whose values are street addresses an address."""
+    kind = _kind(slot)
+    values = [v for v in values if v not in ("dontcare", "")]
+    if kind == "city" and values:
+        if sum(v[:1].isdigit() for v in values) > len(values) / 2:
+            return "address"
+        if sum(plausible("city", v) for v in values) < 0.8 * len(values):
+            return "place"
+    return kind
 
 
 _GENERIC = frozenset("name names number the and for with from that this where which what whether".split())
@@ -110,7 +129,15 @@ def generate(slot: SlotSchema, rng: random.Random, mined: dict[tuple[str, str], 
     if slot.possible_values:
         return rng.choice(slot.possible_values)
     kind = _kind(slot)
-    pool = mined.get((f"{domain}/{slot.name}", kind)) or mined.get((slot.name, kind)) or similar_values(slot, mined)
+    pool = mined.get((f"{domain}/{slot.name}", kind)) or mined.get((slot.name, kind))
+    if not pool and kind == "city":
+        # a "location" that the same domain fills with stations or venues (a rental car's pickup location)
+        for other in ("place", "address"):
+            pool = mined.get((f"{domain}/{slot.name}", other))
+            if pool:
+                kind = other
+                break
+    pool = pool or similar_values(slot, mined)
     if not pool and kind not in ("count", "other", "name", "person"):
         last = slot.name.rsplit("_", 1)[-1]
         pool = [v for (name, k), vals in sorted(mined.items()) if k == kind and "/" not in name
@@ -138,7 +165,7 @@ def generate(slot: SlotSchema, rng: random.Random, mined: dict[tuple[str, str], 
         return rng.choice(cities)
     if kind == "person":
         return rng.choice(_PEOPLE)
-    if kind == "name":
+    if kind in ("name", "place"):
         text = f"{slot.name} {slot.description}".lower()
         noun = next((n for k, n in _NOUNS.items() if k in text), "Place")
         return f"{rng.choice(_WORDS)} {noun}"

@@ -250,3 +250,26 @@ def test_templates_never_spell_out_an_unannotated_entity_value():
     assert not leaky.templates["SYSTEM"]["RentalCars_1"]
     assert list(clean.templates["SYSTEM"]["RentalCars_1"]["CONFIRM(pickup_location)"]) == [
         ("Please confirm: a Standard car from ", 0, ".")]
+
+
+def test_value_pools_hold_values_of_the_slots_kind():
+    """Every service's value pools: categorical slots only their possible values (never "dontcare"); the
+    generated data of unseen services gives trip ends cities (not restaurants or apartments), venues venue
+    names, persons names (not account types), waiting times minutes."""
+    from dialogsim.scenarios.sgd.values import plausible
+
+    pack = load_pack()
+    for name in pack.services:
+        svc = pack.service(name)
+        for slot in svc.slots:
+            pool = pack.value_pool(name, slot)
+            if svc.is_categorical(slot):
+                assert set(pool) <= set(svc.possible_values(slot)), (name, slot, pool)
+            assert "dontcare" not in pool, (name, slot)
+    for name, slot in (("Buses_2", "origin"), ("Buses_2", "destination"), ("Buses_3", "to_city"),
+                       ("Flights_2", "destination"), ("Trains_1", "to"), ("Hotels_2", "where_to")):
+        assert all(plausible("city", v) for v in pack.value_pool(name, slot)), (name, slot)
+    for name in ("Events_2", "Events_3"):
+        assert not any(v.endswith(" event") for v in pack.value_pool(name, "venue"))
+    assert not {"savings", "checking"} & set(pack.value_pool("Payment_1", "receiver"))
+    assert all(v.isdigit() for v in pack.value_pool("RideSharing_2", "wait_time"))

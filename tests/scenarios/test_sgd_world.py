@@ -204,3 +204,16 @@ def test_one_result_per_named_entity(pack):
         rows, _ = w.call("Movies_2", "FindMovies", {"genre": "dontcare"})
         titles = [r["title"].lower() for r in rows]
         assert len(titles) == len(set(titles)) == 10
+
+
+def test_booking_results_have_values_of_their_kind(pack):
+    """What a booking returns comes from real results of that slot: a transfer takes days ("3"), not a clock
+    time; an unseen service's waiting time is a number of minutes."""
+    w = _world(pack, failure_rate=0.0)
+    for seed in range(20):
+        rows, _ = _world(pack, seed, failure_rate=0.0).call("Banks_2", "TransferMoney", {
+            "account_type": "checking", "transfer_amount": "100", "recipient_name": "Kagiso"})
+        assert rows[0]["transfer_time"].isdigit(), rows
+    assert all(v.isdigit() for v in pack.value_pool("RideSharing_2", "wait_time"))
+    assert w.call("RideSharing_1", "GetRide", {"destination": "1 Main Street", "number_of_riders": "2",
+                                               "shared_ride": "False"})[0][0]["ride_fare"].replace(".", "").isdigit()
