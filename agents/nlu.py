@@ -57,6 +57,10 @@ class ValueMatcher:
     def __init__(self, pack: Any, services: list[str]) -> None:
         self.pack = pack
         self.index: dict[str, list[tuple[str, str, str]]] = {}  # service -> [(surface, slot, canonical)]
+        # service -> word -> positions in ``index`` of the surfaces keyed by that word (see ``_candidates``)
+        self.by_word: dict[str, dict[str, list[int]]] = {}
+        self.wordless: dict[str, list[int]] = {}  # service -> positions of surfaces with no word at all
+        self.words_of: dict[str, list[frozenset[str]]] = {}  # service -> the words of each surface
         self.intents: dict[str, dict[str, set[str]]] = {}
         self.slot_words: dict[str, dict[str, set[str]]] = {}
         self.search: dict[str, set[str]] = {}
@@ -87,7 +91,19 @@ class ValueMatcher:
                     if form and (len(form) > 1 or form.isdigit()) and form.lower() not in ("true", "false", "dontcare"):
                         entries.setdefault((form.lower(), s), canon)
         # longest surfaces first so "San Jose" wins over "Jose"
-        self.index[name] = sorted(((f, s, c) for (f, s), c in entries.items()), key=lambda e: -len(e[0]))
+        self.index[name] = index = sorted(((f, s, c) for (f, s), c in entries.items()), key=lambda e: -len(e[0]))
+        # a surface can only occur bounded in a text that has all its words: key each by its longest word
+        by_word: dict[str, list[int]] = {}
+        wordless: list[int] = []
+        words_of: list[frozenset[str]] = []
+        for k, (surface, _, _) in enumerate(index):
+            ws = frozenset(_WORD.findall(surface))
+            words_of.append(ws)
+            if ws:
+                by_word.setdefault(max(ws, key=lambda w: (len(w), w)), []).append(k)
+            else:
+                wordless.append(k)
+        self.by_word[name], self.wordless[name], self.words_of[name] = by_word, wordless, words_of
         domain = {_stem(w) for w in _DOMAIN_WORDS.get(name.rsplit("_", 1)[0], "").split()}
         self.intents[name] = {i["name"]: _camel_words(i["name"]) | domain for i in schema["intents"]}
         self.search[name] = {i["name"] for i in schema["intents"] if not i.get("is_transactional")}
@@ -144,11 +160,29 @@ class ValueMatcher:
             acts.append((service, Act(act="GOODBYE")))
         return acts
 
+    def _candidates(self, service: str, low: str) -> list[int]:
+        """Positions in ``index`` (in its order) of the surfaces whose words all occur in ``low``: any other
+        surface cannot occur there on word boundaries (a bounded occurrence keeps every word of it whole)."""
+        by_word = self.by_word.get(service)
+        if by_word is None:
+            return []
+        words = set(_WORD.findall(low))
+        words_of = self.words_of[service]
+        out = list(self.wordless[service])
+        for w in words:
+            for k in by_word.get(w, ()):
+                if words_of[k] <= words:
+                    out.append(k)
+        out.sort()
+        return out
+
     def _values(self, text: str, low: str, service: str, expecting: list[str], acts: list[tuple[str, Act]]) -> None:
         """INFORM acts for the slot values found in ``low``, ambiguous ones resolved towards ``expecting``."""
         found: dict[str, list[tuple[str, str]]] = {}
         taken: list[tuple[int, int]] = []
-        for surface, slot, canon in self.index.get(service, ()):
+        index = self.index.get(service, ())
+        for k in self._candidates(service, low):
+            surface, slot, canon = index[k]
             start = low.find(surface)
             while start >= 0:
                 end = start + len(surface)
