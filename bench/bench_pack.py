@@ -16,12 +16,13 @@ from dialogsim.scenarios.sgd.world import SgdWorld
 
 
 def _best(fn, n: int, rounds: int = 5) -> float:
-    """Best per-call time in microseconds over a few rounds of n calls."""
+    """Best per-call CPU time in microseconds over a few rounds of n calls (CPU time of this process, so a
+    busy machine inflates it less than wall time)."""
     best = float("inf")
     for _ in range(rounds):
-        t0 = time.perf_counter()
+        t0 = time.process_time()
         fn(n)
-        best = min(best, (time.perf_counter() - t0) / n * 1e6)
+        best = min(best, (time.process_time() - t0) / n * 1e6)
     return best
 
 

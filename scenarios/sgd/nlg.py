@@ -22,6 +22,7 @@ from ...engine.events import Act, SlotSpan
 from .schema import ServiceSchema
 
 BOUND_VALUES = frozenset({"True", "False", "dontcare"})
+_NONE: frozenset[str] = frozenset()
 Template = list  # list[str | int]
 
 # Order in which composed groups are spoken, per speaker (acts not listed go last).
@@ -199,6 +200,8 @@ class Realizer:
         self.rich = rich  # exact wordings below which composed ones are mixed in
         self._domain: dict[tuple[str, str], dict[str, list[Template]]] = {}
         self._plans: dict[tuple[str, str, str], _Plan] = {}
+        # (speaker, service, act tokens in the caller's order) -> (plan, order): no sort or join per call
+        self._fast: dict[tuple, tuple[_Plan, list[int]]] = {}
         self._noncat: dict[str, frozenset[str]] = {
             name: frozenset(s for s, ss in svc.slots.items() if not ss.is_categorical) for name, svc in services.items()}
 
@@ -301,13 +304,21 @@ class Realizer:
 
     def realize(self, speaker: str, service: str, acts: list[Act], rng: random.Random) -> tuple[str, list[SlotSpan]]:
         """The utterance for one frame's acts and the spans of the non-categorical values placed in it."""
-        sig, order = signature(acts)
-        key = (speaker, service, sig)
-        plan = self._plans.get(key)
-        if plan is None:
-            plan = self._plans[key] = self._plan(speaker, service, acts, sig, order)
+        fast = (speaker, service, _token(acts[0])) if len(acts) == 1 else (speaker, service, *map(_token, acts))
+        got = self._fast.get(fast)
+        if got is None:
+            # the plan depends on the signature alone; ``order`` maps its positions onto these acts
+            sig, order = signature(acts)
+            key = (speaker, service, sig)
+            plan = self._plans.get(key)
+            if plan is None:
+                plan = self._plans[key] = self._plan(speaker, service, acts, sig, order)
+            if len(self._fast) > 200_000:
+                self._fast.clear()
+            got = self._fast[fast] = (plan, order)
+        plan, order = got
         groups = plan.pick(rng)
-        noncat = self._noncat.get(service, frozenset())
+        noncat = self._noncat.get(service, _NONE)
         out: list[str] = []
         spans: list[SlotSpan] = []
         pos = 0

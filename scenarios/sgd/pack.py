@@ -27,6 +27,9 @@ DEFAULT_PACK = Path(__file__).resolve().parent.parent / "packs" / "sgd"
 _TIMEISH = re.compile(r"^\d{1,2}:\d{2}$|^\d{4}-\d{2}-\d{2}$")
 
 
+_MISS = object()
+
+
 class Pack:
     """A loaded scenario pack: schemas, entity tables, surface forms, NLG and goal statistics."""
 
@@ -34,6 +37,7 @@ class Pack:
                  values: dict[str, Any], templates: dict[str, Any], stats: dict[str, Any], path: Path | None = None):
         self.manifest = manifest
         self.path = path
+        self._flat: dict[tuple[str, str, str], Any] = {}  # spoken(): (service, slot, canonical) -> forms | None
         self.id: str = manifest["id"]
         self.schemas: dict[str, dict[str, Any]] = {s["service_name"]: s for s in schemas}
         self._svc = {name: ServiceSchema(raw) for name, raw in self.schemas.items()}
@@ -81,11 +85,17 @@ class Pack:
 
     def spoken(self, service: str, slot: str, canonical: str, rng: random.Random) -> str:
         """A surface form of a canonical value, drawn by mined frequency; the canonical itself when none."""
-        got = self._spoken.get(service, {}).get(slot, {}).get(canonical)
-        if got is None:
-            got = self._global.get(canonical) if _TIMEISH.match(canonical) else None
+        key = (service, slot, canonical)
+        got = self._flat.get(key, _MISS)
+        if got is _MISS:  # resolved once per value: the nested lookups and the time pattern are off the hot path
+            got = self._spoken.get(service, {}).get(slot, {}).get(canonical)
             if got is None:
-                return canonical
+                got = self._global.get(canonical) if _TIMEISH.match(canonical) else None
+            if len(self._flat) > 500_000:
+                self._flat.clear()
+            self._flat[key] = got
+        if got is None:
+            return canonical
         values, cum = got
         if len(values) == 1:
             return values[0]
