@@ -4,8 +4,9 @@ Starts one trivial local agent server in its own process (it answers every dialo
 the same small JSON), then, for each concurrency (16 and 64 by default), measures in this process:
 
 - dialogsim: ``start_run`` (the code behind ``dialogsim run``) with built-in scenarios, the scripted user
-  and ``--agent http:URL`` at ``--concurrency C --agent-concurrency C``, think time and latency 0 so all
-  C episodes are in flight at once, events written to a real run directory;
+  and ``--agent http:URL`` (registered under a bench name that keeps the factory, for its pool's figures)
+  at ``--concurrency C --agent-concurrency C``, think time and latency 0 so that all C episodes can have a
+  call in flight at once, events written to a real run directory;
 - raw: C asyncio tasks posting a native request of the same shape through one aiohttp session.
 
 Prints requests/s of each and their ratio (target >= 0.8): medians over ``--rounds`` paired rounds, plus
