@@ -327,7 +327,7 @@ class Realizer:
                 out.append(" ")
                 pos += 1
             n = len(tpls)
-            lits, refs = tpls[int(rng.random() * n)] if n > 1 else tpls[0]
+            lits, refs, agree = tpls[int(rng.random() * n)] if n > 1 else tpls[0]
             lit = lits[0]
             out.append(lit)
             pos += len(lit)
@@ -338,6 +338,11 @@ class Realizer:
                 if a.slot in noncat:
                     spans.append(SlotSpan(slot=a.slot, start=pos, exclusive_end=pos + len(v)))
                 lit = lits[h + 1]
+                if agree is not None and h in agree:  # "1 people" -> "1 person", "4 ticket" -> "4 tickets"
+                    if v in _ONE:
+                        lit = agree[h][0]
+                    elif v.isdigit() or v.lower() in _MANY:
+                        lit = agree[h][1]
                 out.append(v)
                 out.append(lit)
                 pos += len(v) + len(lit)
@@ -357,8 +362,19 @@ def _group(positions: list[int], acts: Sequence[Act], order: list[int], tpls: li
     return holes, [_compile(t) for t in tpls]
 
 
-def _compile(template: Template) -> tuple[tuple[str, ...], tuple[int, ...]]:
-    """(literals, placeholder indices) with one more literal than placeholders: fast to fill."""
+_ONE = frozenset(("1", "one", "One", "a single"))
+_MANY = frozenset("two three four five six seven eight nine ten eleven twelve".split())
+_NOUNS = {"people": ("person", "people"), "person": ("person", "people"), "persons": ("person", "people")}
+for _w in ("ticket", "seat", "room", "passenger", "adult", "rider", "traveler", "traveller", "day", "night", "bag",
+           "guest", "bed", "bath", "stop", "transfer", "layover"):
+    _NOUNS[_w] = _NOUNS[_w + "s"] = (_w, _w + "s")
+_COUNTED = re.compile(r"( )(%s)\b" % "|".join(sorted(_NOUNS, key=len, reverse=True)), re.I)
+
+
+def _compile(template: Template) -> tuple[tuple[str, ...], tuple[int, ...], dict[int, tuple[str, str]] | None]:
+    """(literals, placeholder indices, number agreement) with one more literal than placeholders: fast to
+    fill. A literal that starts with a counted noun ("_ people") gets a singular and a plural variant, so
+    that the mined wording of "for 4 people" says "for 1 person" (None when no literal needs one)."""
     lits = [""]
     refs = []
     for part in template:
@@ -367,7 +383,17 @@ def _compile(template: Template) -> tuple[tuple[str, ...], tuple[int, ...]]:
             lits.append("")
         else:
             lits[-1] += part
-    return tuple(lits), tuple(refs)
+    agree: dict[int, tuple[str, str]] = {}
+    for h in range(len(refs)):
+        m = _COUNTED.match(lits[h + 1])
+        if m:
+            word = m.group(2)
+            one, many = _NOUNS[word.lower()]
+            if word[:1].isupper():
+                one, many = one.capitalize(), many.capitalize()
+            rest = lits[h + 1][m.end():]
+            agree[h] = (f" {one}{rest}", f" {many}{rest}")
+    return tuple(lits), tuple(refs), agree or None
 
 
 def _slot_map(source: ServiceSchema, target: ServiceSchema) -> dict[str, str]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 from pathlib import Path
 
 import pytest
@@ -167,3 +168,23 @@ def test_unseen_service_speaks_with_its_domains_templates(pack):
         _check(pack, "Restaurants_1", acts, text, spans)
         texts.add(text)
     assert len(texts) >= 10
+
+
+def test_counted_nouns_agree_with_the_number():
+    """A template mined from "for 4 people" says "for 1 person" for one and keeps nouns after non-numbers."""
+    from dialogsim.scenarios.sgd.nlg import _compile
+
+    lits, refs, agree = _compile(["I need tickets for ", 0, " people.", " On ", 1, " night."])
+    assert agree == {0: (" person. On ", " people. On "), 1: (" night.", " nights.")}
+    pack = load_pack()
+    rng = random.Random(0)
+    bad_one = re.compile(r"\b1 (people|persons|tickets|seats|rooms|passengers|riders|travelers)\b")
+    bad_many = re.compile(r"\b[2-9] (person|ticket|seat|room|passenger|rider|traveler)\b(?![-\w])")
+    for service, slot in (("Buses_1", "travelers"), ("Events_1", "number_of_seats"), ("RideSharing_1", "number_of_riders"),
+                          ("Hotels_4", "number_of_rooms"), ("Restaurants_2", "number_of_seats")):
+        for value in ("1", "4"):
+            for speaker in ("USER", "SYSTEM"):
+                act = "INFORM" if speaker == "USER" else "CONFIRM"
+                for _ in range(40):
+                    text, _ = pack.realizer.realize(speaker, service, [Act(act=act, slot=slot, values=[value])], rng)
+                    assert not bad_one.search(text) and not bad_many.search(text), text
