@@ -17,12 +17,13 @@ from typing import Any
 import msgspec
 
 from ..engine.errors import UserError
+from ..engine.events import Event, UserTurn
 from ..engine.registry import register_agent
-from ..scenarios.base import EpisodeContext, ToolSpec
+from ..scenarios.base import EpisodeContext, ToolResult, ToolSpec
 from .base import AgentReply, Observation, ToolCall
 from .http_client import HttpPool, HttpSettings, ProtocolError, _number, check_options
 from .http_native import (AgentMessage, Message, ToolCallMessage, ToolResultMessage, TurnMeter, UserMessage,
-                          api_key, history_messages, latency_mode, price_options)
+                          _missing, api_key, event_message, latency_mode, price_options)
 
 _NAME_OK = re.compile(r"[^A-Za-z0-9_-]")
 _encode = msgspec.json.Encoder().encode
@@ -67,22 +68,77 @@ def chat_messages(system: str, messages: list[Message]) -> list[dict[str, Any]]:
     """Protocol messages as chat messages; consecutive tool calls form one assistant message."""
     out: list[dict[str, Any]] = [{"role": "system", "content": system}]
     for m in messages:
-        if isinstance(m, UserMessage):
-            out.append({"role": "user", "content": m.utterance})
-        elif isinstance(m, AgentMessage):
-            out.append({"role": "assistant", "content": m.utterance})
-        elif isinstance(m, ToolCallMessage):
-            call = {"id": m.call_id, "type": "function", "function": {
-                "name": function_name(m.service, m.method), "arguments": json.dumps(m.parameters, sort_keys=True)}}
-            last = out[-1]
-            if last["role"] == "assistant" and last.get("tool_calls"):
-                last["tool_calls"].append(call)
-            else:
-                out.append({"role": "assistant", "content": None, "tool_calls": [call]})
-        elif isinstance(m, ToolResultMessage):
-            body = {"error": m.error} if m.error is not None else {"results": m.results or []}
-            out.append({"role": "tool", "tool_call_id": m.call_id, "content": json.dumps(body, sort_keys=True)})
+        _add_chat(out, m)
     return out
+
+
+def _add_chat(out: list[dict[str, Any]], m: Message, shared: int = 0) -> None:
+    """Append ``m`` to ``out`` as chat; a tool call joins the assistant tool-call message before it, which
+    is copied first when it is one of the first ``shared`` entries (those belong to a ChatTranscript)."""
+    if isinstance(m, UserMessage):
+        out.append({"role": "user", "content": m.utterance})
+    elif isinstance(m, AgentMessage):
+        out.append({"role": "assistant", "content": m.utterance})
+    elif isinstance(m, ToolCallMessage):
+        call = {"id": m.call_id, "type": "function", "function": {
+            "name": function_name(m.service, m.method), "arguments": json.dumps(m.parameters, sort_keys=True)}}
+        last = out[-1]
+        if last["role"] == "assistant" and last.get("tool_calls"):
+            if len(out) <= shared:
+                last = out[-1] = {**last, "tool_calls": list(last["tool_calls"])}
+            last["tool_calls"].append(call)
+        else:
+            out.append({"role": "assistant", "content": None, "tool_calls": [call]})
+    elif isinstance(m, ToolResultMessage):
+        body = {"error": m.error} if m.error is not None else {"results": m.results or []}
+        out.append({"role": "tool", "tool_call_id": m.call_id, "content": json.dumps(body, sort_keys=True)})
+
+
+class ChatTranscript:
+    """An episode's chat messages, each converted once: a request converts only what is new since the last.
+
+    The result always equals ``chat_messages(system, history_messages(...))`` (a test checks it): a history
+    that is shorter or different than the one seen starts the transcript over. A late SGD turn's messages
+    cost a few us instead of ~50 us rebuilt from the whole history.
+    """
+
+    def __init__(self, system: str) -> None:
+        self.system = system
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget everything seen."""
+        self.count = 0  # history events consumed
+        self.last: Event | None = None  # the last of them, to notice a history that is not ours
+        self.chat: list[dict[str, Any]] = [{"role": "system", "content": self.system}]
+        self.users: set[int] = set()
+        self.called: set[str] = set()
+        self.returned: set[str] = set()
+
+    def messages(self, history: list[Event], user: UserTurn, tool_results: list[ToolResult],
+                 last_calls: list[ToolCall]) -> list[dict[str, Any]]:
+        """The chat messages of the conversation so far, ending with ``user`` and this turn's tool steps."""
+        n = self.count
+        if len(history) < n or (n and history[n - 1] is not self.last):
+            self.reset()
+            n = 0
+        for event in history[n:]:
+            m = event_message(event)
+            if m is None:
+                continue
+            if isinstance(m, UserMessage):
+                self.users.add(m.turn)
+            elif isinstance(m, ToolCallMessage):
+                self.called.add(m.call_id)
+            elif isinstance(m, ToolResultMessage):
+                self.returned.add(m.call_id)
+            _add_chat(self.chat, m)
+        self.count = len(history)
+        self.last = history[-1] if history else None
+        out = list(self.chat)
+        for m in _missing(user, tool_results, last_calls, self.users, self.called, self.returned):
+            _add_chat(out, m, shared=len(self.chat))
+        return out
 
 
 # -- the response ----------------------------------------------------------------------------------
@@ -168,16 +224,16 @@ class OpenAIChatAgent:
         tools, self._names = function_tools(ctx.tools)
         # The tools are the same in every request of the episode: encoded once (a few kB for SGD services).
         self._tools = msgspec.Raw(_encode(tools)) if tools else None
-        self._system = self._f.system_prompt or system_prompt(ctx.tools)
+        self._chat = ChatTranscript(self._f.system_prompt or system_prompt(ctx.tools))
 
     async def respond(self, obs: Observation) -> AgentReply:
         """Send the chat so far; tool_calls in the answer go to the engine, content is the turn."""
         f = self._f
         if obs.user.turn != self._turn:
             self._turn, self._elapsed = obs.user.turn, 0.0
-        messages = history_messages(obs.history, obs.user, obs.tool_results, self._last_calls)
+        messages = self._chat.messages(obs.history, obs.user, obs.tool_results, self._last_calls)
         # `user` (OpenAI's end-user id) carries the episode id, so a server can keep per-episode state.
-        body: dict[str, Any] = {"model": f.model, "messages": chat_messages(self._system, messages),
+        body: dict[str, Any] = {"model": f.model, "messages": messages,
                                 "user": self.ctx.episode_id}
         if self._tools is not None:
             body["tools"] = self._tools

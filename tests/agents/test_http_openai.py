@@ -146,3 +146,37 @@ def test_urls_and_required_options():
     assert chat_url("http://h:1/v1?k=1") == "http://h:1/v1/chat/completions?k=1"
     with pytest.raises(UserError, match="--agent-model"):
         openai_agent_factory("http://127.0.0.1:1", None, {})
+
+
+def test_the_incremental_chat_transcript_equals_the_chat_built_from_scratch():
+    """Request by request (tool steps, calls merged into one assistant message, a foreign history), the
+    cached chat equals chat_messages(history_messages(...)) and the cache is never changed by a request."""
+    from dialogsim.agents.base import ToolCall
+    from dialogsim.agents.http_native import history_messages
+    from dialogsim.agents.openai_chat import ChatTranscript, chat_messages
+    from dialogsim.engine.events import AgentTurn, ToolCalled, ToolReturned, UserTurn
+    from dialogsim.scenarios.base import ToolResult
+
+    def ev(cls, seq, **kw):
+        return cls(run="r", ep="e", seq=seq, t=0.0, wall=0, **kw)
+
+    u0 = ev(UserTurn, 1, turn=0, utterance="hi")
+    c1 = ev(ToolCalled, 2, call_id="c1", service="S", method="M", parameters={"a": "1"})
+    c2 = ev(ToolCalled, 3, call_id="c2", service="S", method="N", parameters={})
+    r1 = ev(ToolReturned, 4, call_id="c1", results=[{"x": "y"}])
+    r2 = ev(ToolReturned, 5, call_id="c2", error="no such thing")
+    a1 = ev(AgentTurn, 6, turn=1, utterance="ok")
+    u2 = ev(UserTurn, 7, turn=2, utterance="more")
+    results = [ToolResult(call_id="c1", results=[{"x": "y"}]), ToolResult(call_id="c2", error="no such thing")]
+    calls = [ToolCall(service="S", method="M", parameters={"a": "1"}, call_id="c1"),
+             ToolCall(service="S", method="N", parameters={}, call_id="c2")]
+    steps = [([], u0, [], []), ([u0], u0, [], []), ([u0, c1], u0, results, calls),
+             ([u0, c1], u0, results[1:], calls[1:]),  # c2 joins the cached assistant message of c1: copied
+             ([u0, c1], u0, [], []), ([u0, c1, c2, r1, r2], u0, results, calls), ([u0], u0, results, calls),
+             ([u0, c1, c2, r1, r2, a1, u2], u2, [], []), ([u2], u2, [], [])]
+    t = ChatTranscript("sys")
+    for history, user, res, last in steps:
+        got = t.messages(history, user, res, last)
+        want = chat_messages("sys", history_messages(history, user, res, last))
+        assert got == want
+        assert t.chat == chat_messages("sys", history_messages(history, user, [], []))[: len(t.chat)]
