@@ -340,7 +340,7 @@ def _ahead(pack: Pack, svc: ServiceSchema, intent: IntentSchema, nxt: tuple[Serv
     city, then a hotel there). Empty when no row or nothing to look ahead for."""
     if nxt is None or nxt[1].is_transactional:
         return []
-    key = ("ahead", svc.name, intent.name, nxt[0].name, nxt[1].name)
+    key = ("ahead", svc.name, intent.name, nxt[0].name, nxt[1].name, *sorted(link.items()))
     memo = _memo(pack)
     if key not in memo:
         tables = _tables_of(pack)
@@ -504,6 +504,12 @@ def sample_goal(pack: Pack, rng: random.Random, services: list[str] | None = Non
         else:
             nxt = steps[k + 1] if k + 1 < len(steps) else None
             ahead = _ahead(pack, svc, intent, nxt, links[k + 1] if nxt else {})
+            if not ahead and nxt is not None and nxt[0] is svc and k + 2 < len(steps) and steps[k + 2][0] is not svc:
+                # search, book, then another service: the booking passes this entity's values on (a hotel
+                # found and booked in a city, then a restaurant there)
+                via = {dst: links[k + 1][src] for dst, src in links[k + 2].items() if src in links[k + 1]}
+                if via:
+                    ahead = _ahead(pack, svc, intent, steps[k + 2], via)
             subgoals.append(_search_subgoal(pack, svc, intent, rng, link, infeasible_share, known, sure, state, ahead))
         last = subgoals[-1]
         _fix_pairs(pack, svc, intent, last, known, rng)

@@ -230,3 +230,20 @@ def test_the_reported_dialogues_cannot_recur(pack):
         for prev, sg in zip(g["subgoals"], g["subgoals"][1:]):
             if sg["service"] == "Buses_1" and prev["service"] == "RentalCars_1":
                 assert sorted(sg["from_previous"]) in ([], ["to_location"]), sg
+
+
+def test_the_next_service_goes_where_the_first_one_was(pack):
+    """The entity of a search is drawn so that later searches find the carried-over values: a hotel found and
+    booked in a city, then a restaurant in that city (not London, then Mountain View); an event's city, then a
+    hotel there."""
+    rng = random.Random(3)
+    for sequence, slot in ((["Hotels_1", "Restaurants_2"], "location"), (["Events_1", "Hotels_4"], "location")):
+        kept = total = 0
+        for _ in range(300):
+            g = sample_goal(pack, rng, sequence=sequence, infeasible_share=0.0)
+            later = [sg for sg in g["subgoals"] if sg["service"] == sequence[1]
+                     and not pack.service(sg["service"]).intents[sg["intent"]].is_transactional]
+            for sg in later[:1]:
+                total += 1
+                kept += slot in sg["from_previous"]
+        assert total > 50 and kept / total > 0.8, (sequence, kept, total)
