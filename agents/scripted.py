@@ -30,31 +30,55 @@ class ScriptedAgent:
     def __init__(self, lines: list[ScriptLine] | None = None) -> None:
         self._fixed = lines
         self.lines: list[ScriptLine] = []
-        self.replies: list[AgentReply] = []
+        self.replies: list[AgentReply | None] = []
         self.answered = 0
 
     def start(self, ctx: EpisodeContext) -> None:
-        raw = ctx.scenario.data.get("agent", [])
-        lines = self._fixed if self._fixed is not None else msgspec.convert(raw, list[ScriptLine])
-        if lines is not self.lines:
-            self.lines = lines
-            # The engine never changes a reply, so one prepared reply per line serves every turn.
-            self.replies = [AgentReply(utterance=line.utterance, end=line.end) for line in lines]
+        source = self._fixed if self._fixed is not None else ctx.scenario.data.get("agent", [])
+        self.lines, self.replies = _prepare(source)
         self.answered = 0
 
     def respond(self, obs: Observation) -> AgentReply:
+        i = self.answered
+        if i < len(self.replies) and not obs.tool_results:
+            reply = self.replies[i]
+            if reply is not None:
+                self.answered = i + 1
+                return reply
+        return self._respond_with_tools(obs)
+
+    def _respond_with_tools(self, obs: Observation) -> AgentReply:
+        """The line's tool calls, or (with their results) its text filled from the first result row."""
         if self.answered >= len(self.lines):
             return AgentReply(utterance="Goodbye.", end=True)
         line = self.lines[self.answered]
         if line.tool_calls and not obs.tool_results:
             return AgentReply(tool_calls=line.tool_calls)
-        reply = self.replies[self.answered]
         self.answered += 1
         if obs.tool_results and "{" in line.utterance:
             row = next((r.results[0] for r in obs.tool_results if r.results), {})
             text = _FIELD.sub(lambda m: str(row.get(m.group(1), m.group(0))), line.utterance)
             return AgentReply(utterance=text, end=line.end)
-        return reply
+        return AgentReply(utterance=line.utterance, end=line.end)
+
+
+# Scripts prepared once and shared by every agent that speaks them (the engine never changes a reply):
+# keyed by the source list's identity, holding the list so that the id cannot be reused; bounded.
+_PREPARED: dict[int, tuple[list[Any], list[ScriptLine], list[AgentReply | None]]] = {}
+_PREPARED_MAX = 256
+
+
+def _prepare(source: list[Any]) -> tuple[list[ScriptLine], list[AgentReply | None]]:
+    """A script's lines and one reply per plain line (None for a line that calls tools first)."""
+    hit = _PREPARED.get(id(source))
+    if hit is not None and hit[0] is source:
+        return hit[1], hit[2]
+    lines = msgspec.convert(source, list[ScriptLine])
+    replies = [None if line.tool_calls else AgentReply(utterance=line.utterance, end=line.end) for line in lines]
+    if len(_PREPARED) >= _PREPARED_MAX:
+        _PREPARED.clear()
+    _PREPARED[id(source)] = (source, lines, replies)
+    return lines, replies
 
 
 def _factory(arg: str | None, scenarios: Any, options: dict[str, Any]):

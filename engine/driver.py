@@ -12,7 +12,7 @@ log - is the same whatever the real latencies were, while all calls in flight ru
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Awaitable
+from typing import Any, Awaitable, Callable
 
 import simpy
 from simpy.core import EmptySchedule
@@ -25,9 +25,11 @@ class Interrupted(Exception):
 class Driver:
     """Runs a simpy Environment to completion inside an asyncio event loop."""
 
-    def __init__(self, env: simpy.Environment) -> None:
+    def __init__(self, env: simpy.Environment, before_wait: Callable[[], None] | None = None) -> None:
         self.env = env
+        self.before_wait = before_wait  # called before blocking on a call: the log commits what has ended
         self.stop_requested = False
+        self._stop: asyncio.Future[None] | None = None
         self._waiting: dict[simpy.Event, asyncio.Future[Any]] = {}
 
     def start(self, awaitable: Awaitable[Any], due: float) -> tuple[asyncio.Future[Any], simpy.Timeout]:
@@ -40,11 +42,23 @@ class Driver:
         self._waiting[timeout] = future
         return future, timeout
 
+    def request_stop(self) -> None:
+        """Stop the run at the next step, and at once if it is waiting on a call.
+
+        Safe to call from a signal handler (Ctrl-C, SIGTERM): the flag stops a busy loop between steps,
+        and a loop asleep on a call is woken through the event loop's thread-safe queue.
+        """
+        self.stop_requested = True
+        stop = self._stop
+        if stop is not None:
+            stop.get_loop().call_soon_threadsafe(_resolve, stop)
+
     async def run(self) -> None:
         """Step the environment until nothing is scheduled; Interrupted if stopped."""
         env = self.env
         step = env.step
         waiting = self._waiting
+        self._stop = stop = asyncio.get_running_loop().create_future()
         # simpy's event heap of (time, priority, id, event); its head is the next event step() processes.
         queue = env._queue
         try:
@@ -54,15 +68,26 @@ class Driver:
                 if waiting and queue:
                     future = waiting.pop(queue[0][3], None)
                     if future is not None and not future.done():
-                        await asyncio.wait((future,))
+                        if self.before_wait is not None:
+                            self.before_wait()
+                        await asyncio.wait((future, stop), return_when=asyncio.FIRST_COMPLETED)
+                        if self.stop_requested:
+                            waiting[queue[0][3]] = future  # cancelled below with every other call in flight
+                            raise Interrupted()
                 try:
                     step()
                 except EmptySchedule:
                     return
         finally:
+            self._stop = None
             futures = list(waiting.values())
             for future in futures:
                 future.cancel()
             if futures:
                 await asyncio.gather(*futures, return_exceptions=True)
             waiting.clear()
+
+
+def _resolve(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)

@@ -17,6 +17,7 @@ import json
 import os
 import time
 from collections.abc import Iterable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Literal
 
@@ -156,8 +157,10 @@ class LogWriter:
 
     none: never fsync (the OS flushes); batch: write when the buffer fills, fsync on close;
     episode: an ended episode is written and fsynced within 50 ms (group commit: the episodes that end
-    within one window share one write and one fsync). Whatever was not yet written when the process
-    dies is re-run by ``--resume``, so durability trades lost work for speed, never correctness.
+    within one window share one write and one fsync). The fsync of a window runs on a helper thread
+    (it releases the GIL), so the simulation goes on while the disk catches up. Whatever was not yet
+    durable when the process dies is re-run by ``--resume``, so durability trades lost work for speed,
+    never correctness.
     """
 
     def __init__(self, shard: Path, durability: Durability = "episode") -> None:
@@ -170,22 +173,42 @@ class LogWriter:
         self.durability = durability
         self._file = open(shard, "ab", buffering=0)
         self._buffer = bytearray()
-        self._last_fsync = 0.0
+        self._last_commit = 0.0
         self._dirty = False
+        self._ended_since_commit = False
+        self._syncer: ThreadPoolExecutor | None = None
+        self._pending: Future[None] | None = None
         self.events_written = 0
 
     def append(self, event: Event) -> None:
         """Queue one event; it reaches the file at the next flush."""
         buffer = self._buffer
-        _encode_into(event, buffer, -1)
+        end = len(buffer)
+        try:
+            _encode_into(event, buffer, -1)
+        except Exception:
+            del buffer[end:]  # msgspec leaves a partial object behind: a corrupt line if kept
+            raise
         buffer.append(10)  # b"\n"; JSON escapes newlines inside strings, so a line is one event
         if len(buffer) >= _FLUSH_BYTES:
             self.flush()
 
     def episode_done(self) -> None:
-        """An episode ended: with ``episode`` durability, sync if the group-commit window has passed."""
-        if self.durability == "episode" and time.monotonic() - self._last_fsync >= _FSYNC_INTERVAL_S:
-            self.sync()
+        """An episode ended: with ``episode`` durability, commit if the group-commit window has passed."""
+        if self.durability == "episode":
+            if time.monotonic() - self._last_commit >= _FSYNC_INTERVAL_S:
+                self._commit()
+            else:
+                self._ended_since_commit = True
+
+    def commit(self) -> None:
+        """With ``episode`` durability, commit episodes that ended inside the current window now.
+
+        The engine calls this before it waits on a live call, so a slow agent never holds back
+        episodes that have already ended.
+        """
+        if self._ended_since_commit:
+            self._commit()
 
     def flush(self) -> None:
         """Hand buffered events to the OS."""
@@ -195,19 +218,40 @@ class LogWriter:
             self._buffer.clear()
             self._dirty = True
 
-    def sync(self) -> None:
-        """Flush and fsync."""
+    def _commit(self) -> None:
+        """Write what is buffered and have the helper thread fsync it."""
+        self._last_commit = time.monotonic()
+        self._ended_since_commit = False
         self.flush()
+        if not self._dirty:
+            return
+        self._dirty = False
+        pending = self._pending
+        if pending is not None and not pending.running() and not pending.done():
+            return  # an fsync still queued will cover what was just written
+        if self._syncer is None:
+            self._syncer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="dialogsim-fsync")
+        self._pending = self._syncer.submit(os.fsync, self._file.fileno())
+
+    def sync(self) -> None:
+        """Flush and fsync now, waiting for the disk."""
+        self.flush()
+        if self._pending is not None:
+            self._pending.result()
+            self._pending = None
         if self._dirty and self.durability != "none":
             os.fsync(self._file.fileno())
-            self._dirty = False
-        self._last_fsync = time.monotonic()
+        self._dirty = False
+        self._last_commit = time.monotonic()
 
     def close(self) -> None:
         """Flush, fsync (unless durability is none) and close."""
         if self._file.closed:
             return
         self.sync()
+        if self._syncer is not None:
+            self._syncer.shutdown()
+            self._syncer = None
         self._file.close()
 
 

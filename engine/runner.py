@@ -51,6 +51,9 @@ class Sink:
 
     def episode_done(self) -> None: ...
 
+    def commit(self) -> None:
+        """Make ended episodes durable now (called before the engine waits on a live call)."""
+
 
 _now_ns = time.time_ns
 
@@ -84,6 +87,16 @@ class _Recorder:
         """Bring simpy's clock up to this episode's clock before touching anything shared."""
         if self.t > self.env.now:
             yield self.env.timeout(self.t - self.env.now)
+
+    def catch_up(self, seq: int, t: float) -> None:
+        """After an exception: take the hot loop's seq and t if they ran ahead of this recorder's.
+
+        Both only grow, and whichever side (hot loop or slow path) raised holds the latest values.
+        """
+        if seq > self.seq:
+            self.seq = seq
+        if t > self.t:
+            self.t = t
 
     @property
     def replaying(self) -> bool:
@@ -147,7 +160,7 @@ class Batch:
         self.agent_spec = agent_spec
         self.on_episode_end = on_episode_end
         self.env = simpy.Environment(initial_time=0.0)  # a float clock: t is always encoded as a float
-        self.driver = Driver(self.env)
+        self.driver = Driver(self.env, before_wait=getattr(sink, "commit", None))
 
     async def run(self, jobs: Iterable[Job]) -> None:
         """Run every job to its ``episode_ended``; raises Interrupted when stopped."""
@@ -198,6 +211,7 @@ class Batch:
         outcome: tuple[str, str, dict[str, Any]] | None = None
         turn = 0
         user = None
+        seq, t = rec.seq, rec.t
         try:
             user = self.make_user()
             agent = self.make_agent()
@@ -210,29 +224,32 @@ class Batch:
             think, latency_model = settings.think.sample, settings.latency.sample
             user_respond, agent_respond = user.respond, agent.respond
             replay_agent = not agent.deterministic
-            run_id, ep, sink_append = rec.run, rec.ep, self.sink.append
+            run_id, ep, sink_append, tape_len = rec.run, rec.ep, self.sink.append, len(rec.tape)
             reply: UserReply | None = yield from self._user_step(rec, user, _attempt(user_respond, None))
+            # The hot path: seq and t live in locals and go back to rec (the slow paths' state) around
+            # every slow-path call and when the loop ends; turn events are built and sunk in place.
+            seq, t = rec.seq, rec.t
             while True:
                 if reply is None:
                     outcome = _verdict(user, "abandoned", "the user left without a word")
                     break
-                rec.t += reply.think if reply.think is not None else think(timing)
-                # Turn events are built and sunk in place (rec.record's job, inlined): this loop is the hot path.
-                said = UserTurn(run=run_id, ep=ep, seq=rec.seq, t=rec.t, wall=_now_ns(), turn=turn,
+                t += reply.think if reply.think is not None else think(timing)
+                said = UserTurn(run=run_id, ep=ep, seq=seq, t=t, wall=_now_ns(), turn=turn,
                                 utterance=reply.utterance, frames=reply.frames, end=reply.end,
                                 reaction=reply.reaction)
-                if rec.seq < len(rec.tape):
+                if seq < tape_len:
+                    rec.seq, rec.t = seq, t
                     said = rec.record(said)
                 else:
                     sink_append(said)
-                    rec.seq += 1
+                seq += 1
                 history.append(said)
                 turn += 1
                 # Sampled before the call: a live agent's reply is due at a fixed virtual time.
                 latency = latency_model(timing)
                 # Fast path: a plain reply without tool calls or faults needs no generator of its own.
                 obs = Observation(user=said, history=history, tool_results=[], turn_index=turn)
-                if replay_agent and rec.seq < len(rec.tape):
+                if replay_agent and seq < tape_len:
                     first = _MISSING
                 else:
                     try:
@@ -242,19 +259,22 @@ class Batch:
                 if type(first) is AgentReply and not first.tool_calls and not first.faults:
                     answer = first
                 else:
-                    answer = yield from self._agent_turn(rec, agent, world, obs, history, first, rec.t + latency)
+                    rec.seq, rec.t = seq, t
+                    answer = yield from self._agent_turn(rec, agent, world, obs, history, first, t + latency)
+                    seq, t, tape_len = rec.seq, rec.t, len(rec.tape)
                 if answer.latency is not None:  # a live agent's measured latency, when it reports one
                     latency = answer.latency
-                rec.t += latency
-                spoken = AgentTurn(run=run_id, ep=ep, seq=rec.seq, t=rec.t, wall=_now_ns(), turn=turn,
+                t += latency
+                spoken = AgentTurn(run=run_id, ep=ep, seq=seq, t=t, wall=_now_ns(), turn=turn,
                                    utterance=answer.utterance, frames=answer.frames, state=answer.state,
                                    end=answer.end, latency=latency, usage=answer.usage, cost=answer.cost,
                                    action=answer.action)
-                if rec.seq < len(rec.tape):
+                if seq < tape_len:
+                    rec.seq, rec.t = seq, t
                     spoken = rec.record(spoken)
                 else:
                     sink_append(spoken)
-                    rec.seq += 1
+                seq += 1
                 history.append(spoken)
                 turn += 1
                 if said.end or spoken.end:
@@ -268,14 +288,19 @@ class Batch:
                 except Exception as exc:
                     reply = _Raised(exc)
                 if reply is not None and type(reply) is not UserReply:
+                    rec.seq, rec.t = seq, t
                     reply = yield from self._user_step(rec, user, reply)
+                    seq, t = rec.seq, rec.t
+            rec.seq, rec.t = seq, t
         except _EpisodeError as exc:
             outcome = ("error", exc.reason, {})
         except Divergence as exc:
+            rec.catch_up(seq, t)
             rec.tape = rec.tape[: rec.seq]  # stop checking: record what happened from here on
             rec.emit(Fault, who="engine", kind="divergence", detail=str(exc))
             outcome = ("error", f"resume diverged from the log: {exc}", {})
         except Exception as exc:  # a bug in a user, agent or world must not sink the batch
+            rec.catch_up(seq, t)
             rec.emit(Fault, who="engine", kind="exception", detail=_describe(exc))
             outcome = ("error", f"engine error: {_describe(exc)}", {})
         kind, reason, reward = outcome

@@ -23,40 +23,50 @@ def episode_seed(master_seed: int, scenario_id: str, trial: int) -> int:
     return stable_hash("episode", master_seed, scenario_id, trial)
 
 
+_STREAM_KEYS: dict[str, int] = {}
+
+
 def stream(seed: int, name: str) -> random.Random:
-    """An independent random stream of an episode, so swapping the agent leaves the user's draws unchanged."""
-    return LazyRandom(("stream", seed, name))
+    """An independent random stream of an episode, so swapping the agent leaves the user's draws unchanged.
+
+    The stream's seed is the episode seed xor a hash of the stream's name: the episode seed is already a
+    hash, and Mersenne Twister's seeding mixes every bit of its key, so no second hash per stream is needed.
+    """
+    key = _STREAM_KEYS.get(name)
+    if key is None:
+        key = _STREAM_KEYS[name] = stable_hash("stream", name)
+    return LazyRandom(seed ^ key)
 
 
 class LazyRandom(random.Random):
     """A ``random.Random`` that seeds itself on its first draw.
 
-    Seeding a Mersenne Twister costs about 10 µs; an episode makes four streams and scripted parts
-    never draw from theirs. Every draw goes through ``random()`` or ``getrandbits()``, so those two
-    seed the generator first: the sequence is exactly ``random.Random(seed)``'s.
+    Seeding a Mersenne Twister costs a few µs; an episode makes four streams and scripted parts never
+    draw from theirs. Every draw goes through ``random()`` or ``getrandbits()``, so those two seed the
+    generator first: the sequence is exactly ``random.Random(seed)``'s.
     """
 
-    def __init__(self, seed: int | tuple) -> None:  # deliberately no super().__init__: that would seed now
-        # A tuple seed is hashed with stable_hash on waking: unused streams cost neither hash nor seeding.
-        self._lazy_seed: int | tuple | None = seed
-        self.gauss_next = None
+    gauss_next = None  # random.Random.gauss's cache, read before it is first set
+
+    def __init__(self, seed: int) -> None:  # deliberately no super().__init__: that would seed now
+        self._lazy_seed: int | None = seed
 
     def _wake(self) -> None:
         seed, self._lazy_seed = self._lazy_seed, None
-        super().seed(stable_hash(*seed) if isinstance(seed, tuple) else seed)
+        _random.Random.seed(self, seed)  # what random.Random.seed does with an int, minus its checks
         # Later draws skip the check: the C methods shadow these Python ones on the instance.
-        self.random = super().random  # type: ignore[method-assign]
-        self.getrandbits = super().getrandbits  # type: ignore[method-assign]
+        self.random = _c_random.__get__(self)  # type: ignore[method-assign]
+        self.getrandbits = _c_getrandbits.__get__(self)  # type: ignore[method-assign]
 
     def random(self) -> float:
         if self._lazy_seed is not None:
             self._wake()
-        return _random.Random.random(self)
+        return _c_random(self)
 
     def getrandbits(self, k: int) -> int:
         if self._lazy_seed is not None:
             self._wake()
-        return _random.Random.getrandbits(self, k)
+        return _c_getrandbits(self, k)
 
     def seed(self, a: object = None, version: int = 2) -> None:
         self._lazy_seed = None
@@ -70,3 +80,7 @@ class LazyRandom(random.Random):
     def setstate(self, state: tuple) -> None:
         self._lazy_seed = None
         super().setstate(state)
+
+
+_c_random = _random.Random.random
+_c_getrandbits = _random.Random.getrandbits

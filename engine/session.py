@@ -154,7 +154,7 @@ def _execute(run: RunDir, config: RunConfig, settings: RunSettings, scenarios: A
     previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
 
     def stop(signum: int, frame: Any) -> None:
-        batch.driver.stop_requested = True
+        batch.driver.request_stop()
 
     for s in previous:
         signal.signal(s, stop)

@@ -31,13 +31,13 @@ class ScriptedUser:
         self.said = 0
 
     def respond(self, agent: AgentTurn | None) -> UserReply | None:
-        if agent is not None and agent.end and self.said < len(self.lines):
-            self.agent_ended_early = True
-        if self.said >= len(self.lines):
+        said = self.said
+        if said >= len(self.lines):
             return None
-        line = self.lines[self.said]
-        self.said += 1
-        return line
+        if agent is not None and agent.end:
+            self.agent_ended_early = True
+        self.said = said + 1
+        return self.lines[said]
 
     def verdict(self) -> Verdict:
         if self.said < len(self.lines) or self.agent_ended_early:

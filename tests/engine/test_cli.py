@@ -145,3 +145,31 @@ def test_resume_of_a_completed_run_changes_nothing(tmp_path):
     proc = dialogsim("run", "--resume", str(out), check=True)
     assert "completed: 4 episodes" in proc.stdout
     assert_exactly_once(out, 4)
+
+
+def test_ctrl_c_stops_a_run_waiting_on_an_agent_that_never_answers(tmp_path):
+    """SIGINT while every episode waits on a hung live agent still ends the run at once, marked interrupted."""
+    import socket
+
+    hung = socket.socket()
+    hung.bind(("127.0.0.1", 0))
+    hung.listen(64)  # accepts connections and never answers
+    out = tmp_path / "run"
+    try:
+        proc = subprocess.Popen([*CLI, "run", "--scenarios", "builtin", "--agent",
+                                 f"http:http://127.0.0.1:{hung.getsockname()[1]}/", "--episodes", "3",
+                                 "--no-progress", "--out", str(out)],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + 30
+        while not (out / "events" / "shard-000.jsonl").exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(1.0)
+        proc.send_signal(signal.SIGINT)
+        _, stderr = proc.communicate(timeout=10)
+    finally:
+        hung.close()
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, stderr
+    assert "Traceback" not in stderr
+    assert json.loads((out / "manifest.json").read_text())["status"] == "interrupted"

@@ -110,3 +110,18 @@ def test_open_rejects_foreign_or_broken_runs(tmp_path, content, message):
         (tmp_path / "manifest.json").write_text(content)
     with pytest.raises(UserError, match=message):
         RunDir.open(tmp_path)
+
+
+def test_episode_durability_writes_an_ended_episode_at_once_and_syncs_it(tmp_path):
+    """With durability episode, the first ended episode of a window is in the file before episode_done returns."""
+    shard = tmp_path / "shard.jsonl"
+    writer = LogWriter(shard, "episode")
+    for event in _episode("a"):
+        writer.append(event)
+    assert shard.read_bytes() == b""
+    writer.episode_done()
+    assert shard.read_bytes().count(b"\n") == 4
+    writer.append(_episode("b")[0])
+    writer.episode_done()  # inside the 50 ms window: stays buffered until the next commit or close
+    writer.close()
+    assert shard.read_bytes().count(b"\n") == 5 and writer.events_written == 5

@@ -150,3 +150,70 @@ def test_poisson_arrivals_are_seeded_and_bounded():
         return [e.t for e in log.of_type("episode_started")]
     assert starts(1) == starts(1) != starts(2)
     assert len(set(starts(1))) == 6
+
+
+class _Unencodable:
+    """An agent whose third turn carries a value the log cannot encode (a bug in the agent)."""
+
+    deterministic = True
+
+    def start(self, ctx):
+        self.turns = 0
+
+    def respond(self, obs):
+        self.turns += 1
+        return AgentReply(utterance="ok", state={"x": object()} if self.turns == 3 else None)
+
+
+def test_an_event_that_cannot_be_encoded_becomes_a_fault_with_gapless_seq(tmp_path):
+    """An unencodable agent turn leaves no partial line in the log, and the fault after it takes the next seq."""
+    from dialogsim.engine.log import LogWriter, read_events
+
+    shard = tmp_path / "events" / "shard-000.jsonl"
+    (tmp_path / "manifest.json").write_text('{"format": "dialogsim-run", "shards": ["events/shard-000.jsonl"]}')
+    writer = LogWriter(shard, "episode")
+    user = lambda: ScriptedUser([UserReply(utterance=f"line {i}") for i in range(5)])
+    batch = Batch(run_id="r", scenarios=BuiltinScenarios(), make_user=user, make_agent=_Unencodable, sink=writer,
+                  settings=RunSettings(episodes=2, think=THINK, latency=LATENCY))
+    asyncio.run(batch.run([Job(0), Job(1)]))
+    writer.close()
+    events = list(read_events(tmp_path))
+    for ep in ("e000000", "e000001"):
+        mine = [e for e in events if e.ep == ep]
+        assert [e.seq for e in mine] == list(range(len(mine)))
+        assert [type(e).__name__ for e in mine[-2:]] == ["Fault", "EpisodeEnded"]
+        assert "TypeError" in mine[-2].detail and mine[-1].outcome == "error"
+        assert sum(isinstance(e, AgentTurn) for e in mine) == 2
+
+
+class _SlowFor:
+    """A live agent that answers at once, except in one episode where each answer takes ``seconds``."""
+
+    deterministic = True
+
+    def __init__(self, slow_episode, seconds):
+        self.slow_episode, self.seconds = slow_episode, seconds
+
+    def start(self, ctx):
+        self.slow = ctx.episode_id == self.slow_episode
+
+    async def respond(self, obs):
+        if self.slow:
+            await asyncio.sleep(self.seconds)
+        return AgentReply(utterance="done")
+
+
+async def test_ended_episodes_are_written_before_the_engine_waits_on_a_slow_live_call(tmp_path):
+    """With durability episode, episodes that ended inside the group-commit window reach the file while a slow call runs."""
+    from dialogsim.engine.log import LogWriter
+
+    shard = tmp_path / "shard.jsonl"
+    writer = LogWriter(shard, "episode")
+    batch = Batch(run_id="r", scenarios=BuiltinScenarios(), make_user=lambda: ScriptedUser([UserReply(utterance="hi")]),
+                  make_agent=lambda: _SlowFor("e000002", 1.0), sink=writer, settings=RunSettings(episodes=3))
+    running = asyncio.ensure_future(batch.run([Job(0), Job(1), Job(2)]))
+    await asyncio.sleep(0.4)
+    assert shard.read_bytes().count(b'"type":"episode_ended"') == 2
+    await running
+    writer.close()
+    assert shard.read_bytes().count(b'"type":"episode_ended"') == 3
