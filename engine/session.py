@@ -9,9 +9,11 @@ from __future__ import annotations
 import asyncio
 import inspect
 import json
+import re
 import signal
 import sys
 import time
+import urllib.parse
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -72,9 +74,24 @@ def validate(config: RunConfig) -> RunSettings:
         raise UserError(f"--seed must be an integer in [0, 2**63), got {config.seed}")
     if config.durability not in DURABILITY_CHOICES:
         raise UserError(f"--durability must be one of {', '.join(DURABILITY_CHOICES)}, got {config.durability!r}")
+    _refuse_secrets(config)
     return RunSettings(seed=config.seed, episodes=config.episodes, concurrency=config.concurrency,
                        max_turns=config.max_turns, think=parse_delay(config.think, "--think"),
                        latency=parse_delay(config.latency, "--latency"), arrivals=parse_arrivals(config.arrivals))
+
+
+# Query-parameter names that usually hold a credential.
+_SECRET_NAME = re.compile(r"key|token|secret|passw|auth|credential|signature|^sig$", re.IGNORECASE)
+
+
+def _refuse_secrets(config: RunConfig) -> None:
+    """Refuse a config that would write a credential into the manifest and every ``episode_started``."""
+    for what, spec in (("--agent", config.agent), ("--user", config.user)):
+        parts = urllib.parse.urlsplit(spec.partition(":")[2])
+        if parts.scheme in ("http", "https") and ("@" in parts.netloc or any(
+                _SECRET_NAME.search(name) for name, _ in urllib.parse.parse_qsl(parts.query))):
+            raise UserError(f"{what}: the URL carries a credential (user:password@ or a key in the query), which "
+                            f"would be written to the run directory; pass it with --api-key-env VAR instead")
 
 
 def run_id_for(config: RunConfig) -> str:

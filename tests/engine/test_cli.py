@@ -173,3 +173,14 @@ def test_ctrl_c_stops_a_run_waiting_on_an_agent_that_never_answers(tmp_path):
     assert proc.returncode == 130, stderr
     assert "Traceback" not in stderr
     assert json.loads((out / "manifest.json").read_text())["status"] == "interrupted"
+
+
+@pytest.mark.parametrize("url", ["http://user:SECRETPW@127.0.0.1:9/", "http://127.0.0.1:9/?api_key=SECRETQ",
+                                 "https://127.0.0.1:9/v1?access_token=SECRETQ"])
+def test_agent_urls_with_credentials_are_refused_before_anything_is_written(tmp_path, url):
+    """A credential in an agent URL would be recorded in the manifest and every episode: refused, nothing created."""
+    out = tmp_path / "run"
+    proc = dialogsim("run", "--scenarios", "builtin", "--agent", f"http:{url}", "--out", str(out))
+    assert proc.returncode == 2 and "credential" in proc.stderr and "Traceback" not in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1 and "SECRET" not in proc.stderr
+    assert not out.exists()
