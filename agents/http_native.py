@@ -32,7 +32,7 @@ PROTOCOL = "dialogsim/1"
 
 
 class UserMessage(msgspec.Struct, tag_field="role", tag="user", kw_only=True, omit_defaults=True):
-    """A user turn: utterance, and the user's acts and true state per service when the simulator has them."""
+    """A user turn: utterance, and the user's acts and slot spans per service when the simulator has them."""
 
     turn: int
     utterance: str
@@ -153,6 +153,12 @@ def protocol_schemas() -> dict[str, dict[str, Any]]:
     out = {}
     for name, cls in (("native-request", NativeRequest), ("native-response", NativeResponse)):
         schema = msgspec.json.schema(cls)
+        if cls is NativeResponse:
+            # what decode_response enforces beyond the types: a response must do something
+            schema["$defs"]["NativeResponse"]["anyOf"] = [
+                {"required": ["tool_calls"], "properties": {"tool_calls": {"minItems": 1}}},
+                {"required": ["utterance"], "properties": {"utterance": {"pattern": "\\S"}}},
+                {"required": ["end"], "properties": {"end": {"const": True}}}]
         schema = {"$schema": "https://json-schema.org/draft/2020-12/schema",
                   "$id": f"https://dialogsim.dev/schemas/{name}.schema.json",
                   "title": f"{PROTOCOL} {name.split('-')[1]}", **schema}
@@ -164,8 +170,11 @@ def protocol_schemas() -> dict[str, dict[str, Any]]:
 
 
 def user_message(turn: UserTurn) -> UserMessage:
-    """A logged user turn as a protocol message."""
-    return UserMessage(turn=turn.turn, utterance=turn.utterance, frames=turn.frames, end=turn.end)
+    """A logged user turn as a protocol message: its acts and slot spans, never the user's true state."""
+    # the true state is the answer key the agent's tracked state is scored against (dst_metrics)
+    frames = [Frame(service=f.service, actions=f.actions, slots=f.slots) if f.state is not None else f
+              for f in turn.frames]
+    return UserMessage(turn=turn.turn, utterance=turn.utterance, frames=frames, end=turn.end)
 
 
 def event_message(event: Event) -> Message | None:

@@ -157,8 +157,7 @@ class SchemaAgent:
             self.pack = packed
         self.rng: random.Random = ctx.rng
         self.schemas = data.get("schemas") or {}
-        names = list(self.schemas) or list((data.get("goal") or {}).get("services") or [])
-        self.names = names or sorted({t.service for t in ctx.tools})
+        self.names = list(self.schemas) or sorted({t.service for t in ctx.tools})
         self.tracks: dict[str, _Track] = {}
         self.current: str | None = None
         self.last: set[str] = set()  # act kinds of the agent's previous turn

@@ -218,7 +218,7 @@ class Batch:
             world = self.scenarios.world(scenario, stream(seed, "world"))
             user.start(EpisodeContext(episode_id=rec.ep, scenario=scenario, tools=tools,
                                       rng=stream(seed, "user"), seed=seed))
-            agent.start(EpisodeContext(episode_id=rec.ep, scenario=scenario, tools=tools,
+            agent.start(EpisodeContext(episode_id=rec.ep, scenario=scenario.agent_view(), tools=tools,
                                        rng=stream(seed, "agent"), seed=seed))
             history: list[Event] = []
             think, latency_model = settings.think.sample, settings.latency.sample

@@ -18,6 +18,18 @@ class Scenario(msgspec.Struct, kw_only=True):
     kind: str
     data: dict[str, Any] = {}
 
+    def agent_view(self) -> "Scenario":
+        """The scenario as an agent may see it: without the parts only the user knows (its goal, its lines)."""
+        if USER_ONLY_KEYS.isdisjoint(self.data):
+            return self
+        return Scenario(id=self.id, kind=self.kind,
+                        data={k: v for k, v in self.data.items() if k not in USER_ONLY_KEYS})
+
+
+# The user's goal and script are the answer key of an episode: an agent that saw them could "track" the
+# user's state by copying it, so no agent, in process or over HTTP, is ever handed these keys.
+USER_ONLY_KEYS = frozenset({"goal", "user"})
+
 
 class ToolSpec(msgspec.Struct, kw_only=True):
     """A tool the agent may call: an SGD service intent, its parameters as a JSON Schema object."""

@@ -41,8 +41,9 @@ def tool_specs(pack: Pack, service: str) -> list[ToolSpec]:
             prop: dict[str, Any] = {"type": "string", "description": spec.description}
             if spec.is_categorical:
                 prop["enum"] = list(spec.possible_values)  # "any" is said by leaving an optional slot out
-            if slot in intent.optional_slots:
-                prop["default"] = intent.optional_slots[slot]
+            default = intent.optional_slots.get(slot)
+            if default is not None and default != "dontcare":  # "dontcare" is no value: the slot is left out
+                prop["default"] = default
             props[slot] = prop
         params = {"type": "object", "properties": props, "required": list(intent.required_slots),
                   "additionalProperties": False}

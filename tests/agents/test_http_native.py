@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 from collections import Counter
 from pathlib import Path
 
@@ -181,6 +182,33 @@ def test_checked_in_schemas_match_the_protocol_structs():
         assert json.loads(path.read_text()) == json.loads(json.dumps(schema)), f"{name} is stale"
 
 
+def _satisfies(doc: dict, branch: dict) -> bool:
+    """Whether ``doc`` meets one anyOf branch of the response schema (required, minItems, pattern, const)."""
+    if any(key not in doc for key in branch["required"]):
+        return False
+    for key, rule in branch["properties"].items():
+        value = doc[key]
+        if ("minItems" in rule and len(value) < rule["minItems"]) or ("const" in rule and value != rule["const"]):
+            return False
+        if "pattern" in rule and not re.search(rule["pattern"], value):
+            return False
+    return True
+
+
+@pytest.mark.parametrize("doc, valid", [({}, False), ({"utterance": "  "}, False), ({"tool_calls": []}, False),
+                                        ({"end": False}, False), ({"utterance": "Hi"}, True), ({"end": True}, True),
+                                        ({"tool_calls": [{"service": "S", "method": "M"}]}, True)])
+def test_response_schema_demands_what_the_decoder_demands(doc, valid):
+    """The published response schema rejects a response that does nothing, exactly as decode_response does."""
+    branches = protocol_schemas()["native-response.schema.json"]["$defs"]["NativeResponse"]["anyOf"]
+    assert any(_satisfies(doc, b) for b in branches) == valid
+    if valid:
+        decode_response(json.dumps(doc).encode())
+    else:
+        with pytest.raises(ProtocolError):
+            decode_response(json.dumps(doc).encode())
+
+
 def test_bad_options_and_specs_are_user_errors():
     """Bad option values and URLs name the option."""
     with pytest.raises(UserError, match="retries"):
@@ -311,3 +339,28 @@ def test_measured_latency_replaces_the_latency_model_only_when_asked():
     assert {t.latency for t in modelled.of_type("agent_turn")} == {0.0}
     with pytest.raises(UserError, match="latency"):
         http_agent_factory(url, None, {"latency": "guess"})
+
+
+def test_requests_never_carry_the_users_goal_or_true_state():
+    """An agent over HTTP sees the schemas and the user's acts, never the goal or the state it is scored on."""
+    from dialogsim.scenarios.sgd.pack import load_pack
+    from dialogsim.scenarios.sgd.scenario_set import SgdScenarioSet
+    from dialogsim.users.agenda import make_factory as agenda
+
+    seen: list[dict] = []
+
+    async def handle(request: web.Request) -> web.Response:
+        body = await request.json()
+        seen.append(body)
+        return web.json_response({"utterance": "Could you say that again?", "end": body["turn_index"] > 4})
+
+    scenarios = SgdScenarioSet(load_pack(), ["Restaurants_1"])
+    app = web.Application()
+    app.router.add_post("/agent", handle)
+    with serve_in_thread(app) as url:
+        run_batch(http_agent_factory(url + "/agent", None, {}), episodes=2, scenarios=scenarios,
+                  user=agenda(None, scenarios, {}))
+    assert seen and all(set(b["scenario"]["data"]) == {"pack", "schemas"} for b in seen)
+    users = [m for b in seen for m in b["messages"] if m["role"] == "user"] + [b["user"] for b in seen]
+    assert any(f["actions"] for m in users for f in m["frames"])  # the acts are shared ...
+    assert not any(f.get("state") for m in users for f in m["frames"])  # ... the true state never

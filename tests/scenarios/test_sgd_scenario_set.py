@@ -68,8 +68,10 @@ def test_tools_follow_the_schema(sset):
             assert prop["description"] == spec.description
             if spec.is_categorical:
                 assert prop["enum"] == list(spec.possible_values)  # no "dontcare": not a value of the slot
+                assert prop.get("default", prop["enum"][0]) in prop["enum"]  # a default must be valid
             else:
                 assert "enum" not in prop
+            assert prop.get("default") != "dontcare"
 
 
 def test_world_per_episode(sset):
