@@ -13,7 +13,7 @@ from typing import Any, Awaitable, Protocol
 
 import msgspec
 
-from ..engine.events import AgentTurn, DialogueState, Event, Frame, Usage, UserTurn
+from ..engine.events import AgentTurn, DialogueState, Event, Frame, SlotSpan, Usage, UserTurn
 from ..scenarios.base import EpisodeContext, ToolResult
 
 
@@ -40,6 +40,7 @@ class AgentReply(msgspec.Struct, kw_only=True):
     utterance: str = ""
     frames: list[Frame] = []
     state: dict[str, DialogueState] | None = None
+    tagged_slots: dict[str, list[SlotSpan]] | None = None  # spans found in the user's utterance, per service
     end: bool = False
     tool_calls: list[ToolCall] = []
     usage: Usage | None = None

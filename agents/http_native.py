@@ -20,8 +20,8 @@ import msgspec
 
 from ..engine.errors import UserError
 from ..engine.registry import register_agent
-from ..engine.events import (Act, AgentTurn, DialogueState, Event, Frame, ToolCalled, ToolReturned, Usage,
-                             UserTurn)
+from ..engine.events import (Act, AgentTurn, DialogueState, Event, Frame, SlotSpan, ToolCalled, ToolReturned,
+                             Usage, UserTurn)
 from ..scenarios.base import EpisodeContext, ToolResult, ToolSpec
 from .base import AgentReply, Observation, ToolCall
 from .http_client import HttpPool, HttpSettings, ProtocolError, _number, check_options
@@ -111,6 +111,7 @@ class NativeResponse(msgspec.Struct, kw_only=True):
     frames: list[Frame] = []
     tool_calls: list[ResponseToolCall] = []
     state: dict[str, DialogueState] | None = None
+    tagged_slots: dict[str, list[SlotSpan]] | None = None
     end: bool = False
     usage: Usage | None = None
     action: str | None = None
@@ -405,7 +406,8 @@ class NativeHttpAgent:
             service = obs.user.frames[0].service if obs.user.frames else ""
             frames = [Frame(service=service, actions=response.acts)]
         usage, cost = self._meter.take()
-        return AgentReply(utterance=response.utterance, frames=frames, state=response.state, end=response.end,
+        return AgentReply(utterance=response.utterance, frames=frames, state=response.state,
+                          tagged_slots=response.tagged_slots, end=response.end,
                           usage=usage, cost=cost, action=response.action, faults=faults,
                           latency=self._elapsed if f.measured_latency else None)
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from ..engine.events import Act
+from ..engine.events import Act, SlotSpan
 
 _WEAK = {"has", "the", "number", "name", "type", "date", "time"}  # words of slot names that say little alone
 _WORD = re.compile(r"[a-z0-9]+")
@@ -112,8 +112,11 @@ class ValueMatcher:
                                  for s in schema["slots"]}
 
     def parse(self, text: str, service: str | None, intent: str | None, last: set[str],
-              expecting: list[str]) -> list[tuple[str, Act]]:
-        """The acts of ``text`` (a user turn), given the current service/intent and the agent's last acts."""
+              expecting: list[str], spans: list[tuple[str, SlotSpan]] | None = None) -> list[tuple[str, Act]]:
+        """The acts of ``text`` (a user turn), given the current service/intent and the agent's last acts.
+
+        When ``spans`` is given, the (service, span) of every non-categorical value found is appended to it.
+        """
         low = text.lower()
         words = {_stem(w) for w in _WORD.findall(low)}
         acts: list[tuple[str, Act]] = []
@@ -131,7 +134,7 @@ class ValueMatcher:
             acts.append((service, Act(act="INFORM_INTENT", slot="intent", values=[best], canonical_values=[best])))
         if service is None:
             return acts
-        self._values(text, low, service, expecting, acts)
+        self._values(text, low, service, expecting, acts, spans)
         if expecting and _ANY.search(low):
             # "any is fine": whatever was asked and not answered, except categorical slots
             for slot in expecting:
@@ -176,7 +179,8 @@ class ValueMatcher:
         out.sort()
         return out
 
-    def _values(self, text: str, low: str, service: str, expecting: list[str], acts: list[tuple[str, Act]]) -> None:
+    def _values(self, text: str, low: str, service: str, expecting: list[str], acts: list[tuple[str, Act]],
+                spans: list[tuple[str, SlotSpan]] | None = None) -> None:
         """INFORM acts for the slot values found in ``low``, ambiguous ones resolved towards ``expecting``."""
         found: dict[str, list[tuple[str, str]]] = {}
         taken: list[tuple[int, int]] = []
@@ -203,4 +207,6 @@ class ValueMatcher:
             used.add(pick[0])
             acts.append((service, Act(act="INFORM", slot=pick[0], values=[text[start:end]],
                                       canonical_values=[pick[1]])))
+            if spans is not None and pick[0] not in self.categorical[service]:
+                spans.append((service, SlotSpan(slot=pick[0], start=start, exclusive_end=end)))
 

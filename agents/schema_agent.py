@@ -15,7 +15,7 @@ import itertools
 import random
 from typing import Any
 
-from ..engine.events import Act, DialogueState, Frame
+from ..engine.events import Act, DialogueState, Frame, SlotSpan
 from ..scenarios.base import EpisodeContext
 from .base import AgentReply, Observation, ToolCall
 from .nlu import ValueMatcher
@@ -141,9 +141,11 @@ class SchemaAgent:
     deterministic = True
 
     def __init__(self, pack: Any = None, *, services: dict[str, _Service] | None = None,
-                 max_request: int = 2, count_rate: float = 0.55, propose_rate: float = 0.5) -> None:
+                 max_request: int = 2, count_rate: float = 0.55, propose_rate: float = 0.5,
+                 listen: str = "acts") -> None:
         self.pack = pack
         self.max_request = max_request
+        self.text_only = listen == "text"  # understand the utterance even when the turn carries acts
         self.count_rate = count_rate
         self.propose_rate = propose_rate
         self._services = services if services is not None else {}
@@ -165,6 +167,7 @@ class SchemaAgent:
         self.offered_intent: tuple[str, str] | None = None  # (service, intent) of our OFFER_INTENT
         self.pending: tuple[str, str, list[Act]] | None = None  # (service, intent, acts to prepend)
         self.calls = 0
+        self._tagged: dict[str, list[SlotSpan]] | None = None  # spans found in the user's text this turn
         self._offer_acts: dict[str, list[Act]] = {}  # the OFFER acts of the entity on the table
 
     # -- protocol ---------------------------------------------------------------------------------
@@ -174,10 +177,15 @@ class SchemaAgent:
         if obs.tool_results and self.pending is not None:
             return self._after_call(obs.tool_results[0])
         user = obs.user
-        if user.frames:
+        if user.frames and not self.text_only:
             acts = [(f.service, a) for f in user.frames for a in f.actions]
+            self._tagged = None
         else:
-            acts = self._understand(user.utterance)
+            found: list[tuple[str, SlotSpan]] = []
+            acts = self._understand(user.utterance, found)
+            self._tagged = {}
+            for service, span in found:
+                self._tagged.setdefault(service, []).append(span)
         return self._policy(acts, user.end)
 
     # -- understanding ----------------------------------------------------------------------------
@@ -195,12 +203,12 @@ class SchemaAgent:
             t = self.tracks[name] = _Track()
         return t
 
-    def _understand(self, text: str) -> list[tuple[str, Act]]:
+    def _understand(self, text: str, spans: list[tuple[str, SlotSpan]]) -> list[tuple[str, Act]]:
         if self._nlu is None:
             self._nlu = ValueMatcher(self.pack, self.names)
         track = self.tracks.get(self.current) if self.current else None
         return self._nlu.parse(text, self.current, track.intent if track else None, self.last,
-                               self._expecting)
+                               self._expecting, spans)
 
     def _set(self, t: _Track, svc: _Service, slot: str, canon: str, spoken: str, change: bool = True) -> None:
         if slot not in svc.args:
@@ -447,24 +455,33 @@ class SchemaAgent:
             state = {n: t.state()}
         else:
             state = {n: t.state() for n, t in self.tracks.items()}
-        return AgentReply(utterance=utterance, frames=frames, state=state, end=end)
+        return AgentReply(utterance=utterance, frames=frames, state=state, tagged_slots=self._tagged, end=end)
+
+
+def _listen(value: str) -> str:
+    if value not in ("acts", "text"):
+        raise ValueError(value)
+    return value
 
 
 def make_factory(arg: str | None, scenarios: Any, options: dict[str, Any]) -> Any:
     """Registry factory for ``--agent schema``: options max_request (slots asked at once, default 2),
     count_rate (share of first offers that say how many results there are, default 0.55) and
-    propose_rate (how often a value known from another service is proposed when asking, default 0.5)."""
+    propose_rate (how often a value known from another service is proposed when asking, default 0.5) and
+    listen (``acts``: read the user's acts when the turn carries them, the default; ``text``: always
+    understand the utterance, tagging its slot spans, as a text-only channel would make it)."""
     from ..engine.errors import UserError
 
-    known = {"max_request": int, "count_rate": float, "propose_rate": float}
+    known = {"max_request": (int, "an integer"), "count_rate": (float, "a number"),
+             "propose_rate": (float, "a number"), "listen": (_listen, "'acts' or 'text'")}
     kwargs: dict[str, Any] = {}
     for key, value in options.items():
         if key not in known:
             raise UserError(f"schema agent: unknown option {key!r} (known: {', '.join(sorted(known))})")
         try:
-            kwargs[key] = known[key](value)
+            kwargs[key] = known[key][0](value)
         except (TypeError, ValueError):
-            raise UserError(f"schema agent: option {key}={value!r} is not a valid {known[key].__name__}") from None
+            raise UserError(f"schema agent: option {key}={value!r} is not {known[key][1]}") from None
     pack = getattr(scenarios, "pack", None)
     if pack is None:
         raise UserError("schema agent: needs SGD scenarios (--scenarios sgd or a pack directory), "

@@ -123,12 +123,17 @@ class UserTurn(Event, tag="user_turn", kw_only=True):
 
 
 class AgentTurn(Event, tag="agent_turn", kw_only=True):
-    """The agent spoke: utterance, frames with acts, its tracked state, latency, usage and cost."""
+    """The agent spoke: utterance, frames with acts, its tracked state, latency, usage and cost.
+
+    ``tagged_slots`` are the non-categorical slot spans the agent found in the user's last utterance, per
+    service (scored as slot tagging F1); None when the agent did not tag the text (it read the user's acts).
+    """
 
     turn: int
     utterance: str
     frames: list[Frame] = []
     state: dict[str, DialogueState] | None = None
+    tagged_slots: dict[str, list[SlotSpan]] | None = None
     end: bool = False
     latency: float = 0.0
     usage: Usage | None = None

@@ -267,7 +267,7 @@ class Batch:
                 t += latency
                 spoken = AgentTurn(run=run_id, ep=ep, seq=seq, t=t, wall=_now_ns(), turn=turn,
                                    utterance=answer.utterance, frames=answer.frames, state=answer.state,
-                                   end=answer.end, latency=latency, usage=answer.usage, cost=answer.cost,
+                                   tagged_slots=answer.tagged_slots, end=answer.end, latency=latency, usage=answer.usage, cost=answer.cost,
                                    action=answer.action)
                 if seq < tape_len:
                     rec.seq, rec.t = seq, t

@@ -7,8 +7,9 @@ the hypothesis frame has slot spans), and average/joint goal accuracy (all, cate
 its domain) the macro mean over frames of every value that is not "NA".
 
 In the projection the reference is the user's true state (UserTurn frames) and the hypothesis for user
-turn k is the state the agent exposed in its reply to it (the next AgentTurn's ``state``); a service the
-agent does not track counts as an empty prediction. Episodes whose agent never exposes a state, and
+turn k is the state the agent exposed in its reply to it (the next AgentTurn's ``state``, and its
+``tagged_slots`` for slot tagging, scored only when the agent tagged the text); a service the agent does
+not track counts as an empty prediction. Episodes whose agent never exposes a state, and
 user turns with no agent reply, are not scored (counted in the summary).
 """
 
@@ -24,7 +25,7 @@ from typing import Any
 import msgspec
 from rapidfuzz.distance import Indel
 
-from ..events import AgentTurn, DialogueState, EpisodeStarted, UserTurn
+from ..events import AgentTurn, DialogueState, EpisodeStarted, SlotSpan, UserTurn
 from . import register_projection
 
 ALL_SERVICES, SEEN_SERVICES, UNSEEN_SERVICES = "#ALL_SERVICES", "#SEEN_SERVICES", "#UNSEEN_SERVICES"
@@ -261,6 +262,10 @@ _state_builtins = msgspec.to_builtins
 _EMPTY: dict[str, Any] = {"active_intent": "NONE", "requested_slots": [], "slot_values": {}}
 
 
+def _spans(spans: list[SlotSpan]) -> list[dict[str, Any]]:
+    return [{"slot": s.slot, "start": s.start, "exclusive_end": s.exclusive_end} for s in spans]
+
+
 def score_episode(events: list[Any]) -> EpisodeScores | None:
     """Score every user frame of one episode against the agent's next exposed state (pure)."""
     started = next((e for e in events if isinstance(e, EpisodeStarted)), None)
@@ -287,12 +292,16 @@ def score_episode(events: list[Any]) -> EpisodeScores | None:
         if reply is None or reply.state is None:
             unscored += 1
             continue
+        tagged = reply.tagged_slots
         for frame in turn.frames:
             ref = _state_builtins(frame.state or DialogueState())
             predicted = reply.state.get(frame.service)
             hyp = _state_builtins(predicted) if predicted is not None else _EMPTY
+            # slot tagging is scored only for agents that tagged the user's text (see AgentTurn)
+            spans = None if tagged is None else {"utterance": turn.utterance, "ref_spans": _spans(frame.slots),
+                                                 "hyp_spans": _spans(tagged.get(frame.service, []))}
             frames.append(FrameScore(turn=turn.turn, service=frame.service,
-                                     metrics=frame_metrics(ref, hyp, schemas.get(frame.service))))
+                                     metrics=frame_metrics(ref, hyp, schemas.get(frame.service), **(spans or {}))))
     dialogue_id = data.get("dialogue_id") or (events[0].ep if events else "")
     return EpisodeScores(dialogue_id=str(dialogue_id), frames=frames, unscored_turns=unscored)
 

@@ -7,6 +7,7 @@ import json
 import shutil
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from dialogsim.engine.cli import main
@@ -209,6 +210,27 @@ def test_score_episode_uses_the_agents_next_state():
     partial = score_episode(_episode("e2", [good]))
     assert len(partial.frames) == 1 and partial.unscored_turns == 1
     assert score_episode(_episode("e3", [None, None])) is None
+
+
+def test_slot_tagging_scores_the_spans_the_agent_tagged():
+    """An agent that reports tagged_slots gets slot tagging F1 over the user's non-categorical spans."""
+    good = {"Restaurants_9": DialogueState(active_intent="FindRestaurants", slot_values={"city": ["san jose"]})}
+    events = _episode("e1", [good, good])
+    right = [SlotSpan(slot="city", start=0, exclusive_end=1)]
+    events[2] = msgspec.structs.replace(events[2], tagged_slots={"Restaurants_9": right})
+    events[4] = msgspec.structs.replace(events[4], tagged_slots={})  # tagged the text, found nothing
+    first, second = score_episode(events).frames
+    assert first.metrics["slot_tagging_f1"] == 1.0
+    assert second.metrics["slot_tagging_recall"] == 0.0
+
+
+def test_text_listening_schema_agent_is_scored_on_slot_tagging(tmp_path):
+    """`--agent-opt listen=text` makes the schema agent tag the user's text; dst_metrics reports its tag F1."""
+    run = tmp_path / "run"
+    assert main(["run", "--episodes", "40", "--agent-opt", "listen=text", "--out", str(run), "--no-progress"]) == 0
+    assert main(["project", str(run), "--to", "dst_metrics", "--no-progress"]) == 0
+    result = json.loads((run / "projections" / "dst_metrics@v1" / "dst_metrics.json").read_text())
+    assert 0.5 < result["#ALL_SERVICES"]["slot_tagging_f1"] <= 1.0
 
 
 def test_dst_metrics_projection_files(tmp_path, capsys):
