@@ -85,14 +85,16 @@ def agent_factory(spec: str, scenarios: Any, options: dict[str, Any] | None = No
 
 
 def load_scenarios(spec: str | None = None) -> Any:
-    """A scenario set from a registered name (``sgd``, ``builtin``, ``name:arg``) or a pack directory."""
+    """A scenario set from a registered name (``sgd``, ``builtin``, ``name:arg``) or a pack directory
+    (``PACK_DIR[#Svc_1,Svc_2][?key=value]``, the sgd loader's argument)."""
     spec = spec or DEFAULT_SCENARIOS
     load_builtins()
-    path = Path(spec)
-    if spec not in _scenarios and path.exists():
+    base = spec.split("?", 1)[0].split("#", 1)[0]
+    path = Path(base)
+    if spec not in _scenarios and base and path.exists():
         if (path / "pack.json").is_file() and "sgd" in _scenarios:
-            return _scenarios["sgd"](str(path))
-        raise UserError(f"{spec}: not a scenario pack (no pack.json inside)")
+            return _scenarios["sgd"](spec)
+        raise UserError(f"{path}: not a scenario pack (no pack.json inside)")
     loader, arg = _lookup(_scenarios, "scenario set", spec)
     return loader(arg)
 

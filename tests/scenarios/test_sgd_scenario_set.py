@@ -128,3 +128,17 @@ def test_default_failures_are_near_real_sgd(sset):
                 searches += 1
                 infeasible += not sg["feasible"]
     assert 0.005 < infeasible / searches < 0.06
+
+
+def test_a_pack_directory_takes_services_and_options_like_the_sgd_spec():
+    """`--scenarios PACK_DIR#Svc?key=value` restricts services and sets options as `sgd:PACK_DIR#...` does."""
+    from dialogsim.engine.errors import UserError
+    from dialogsim.engine.registry import load_scenarios
+    from dialogsim.scenarios.sgd.pack import load_pack
+
+    path = load_pack().path
+    scenarios = load_scenarios(f"{path}#Restaurants_1?failure_rate=0.5")
+    assert scenarios.services == ["Restaurants_1"] and scenarios.failure_rate == 0.5
+    assert scenarios.draw(0, 0)[0].data["goal"]["services"] == ["Restaurants_1"]
+    with pytest.raises(UserError, match="not a scenario pack"):
+        load_scenarios(f"{path.parent}#Restaurants_1")
