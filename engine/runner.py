@@ -14,6 +14,7 @@ of one per turn (the engine-overhead benchmark in bench/ measures this).
 
 from __future__ import annotations
 
+import gc
 import time
 from collections.abc import Callable, Generator, Iterable
 from typing import Any
@@ -171,7 +172,13 @@ class Batch:
             queue = iter(jobs)
             for _ in range(min(self.settings.concurrency, len(jobs))):
                 self.env.process(self._worker(queue))
-        await self.driver.run()
+        # What exists before the batch (a scenario pack's tables and templates: millions of objects) lives
+        # as long as it: frozen, the cyclic collector stops re-scanning it (about 10% of an SGD run's CPU).
+        gc.freeze()
+        try:
+            await self.driver.run()
+        finally:
+            gc.unfreeze()
 
     def _worker(self, queue: Iterable[Job]) -> Generator[Any, Any, None]:
         for job in queue:
