@@ -273,10 +273,13 @@ class Realizer:
             if act_name == "OFFER":  # the entity's name first, as real systems do
                 idx = sorted(idx, key=lambda i: not _nameish(acts[i].slot))
             plain: list[int] = []  # acts left to the schema-phrased fallback, said together
+            # a bare value ("2.") answers a question; next to other acts it reads as a stray number
+            keep = _worded if len(order) > 1 else _every
             for i in idx:
                 tok = act_token(acts[i].act, acts[i].slot, acts[i].values)[0]
-                tpls = (self._lookup(speaker, service, tok) or self._borrow(speaker, service, acts[i].slot, tok)
-                        or self.generic.get(speaker, {}).get(generic_token(acts[i]), []))
+                tpls = (keep(self._lookup(speaker, service, tok))
+                        or keep(self._borrow(speaker, service, acts[i].slot, tok))
+                        or keep(self.generic.get(speaker, {}).get(generic_token(acts[i]), [])))
                 if tpls:
                     groups.append(_group([pos_of[i]], acts, order, tpls))
                 elif _listable(speaker, acts[i]):
@@ -350,6 +353,15 @@ class Realizer:
 
 
 _Group = tuple  # (holes: list[(signature position, value index)], compiled templates)
+
+
+def _every(tpls: list[Template]) -> list[Template]:
+    return tpls
+
+
+def _worded(tpls: list[Template]) -> list[Template]:
+    """The templates that say something besides their values (a letter in a literal part)."""
+    return [t for t in tpls if any(type(part) is str and any(c.isalpha() for c in part) for part in t)]
 
 
 def _group(positions: list[int], acts: Sequence[Act], order: list[int], tpls: list[Template]) -> _Group:

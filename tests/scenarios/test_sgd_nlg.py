@@ -188,3 +188,13 @@ def test_counted_nouns_agree_with_the_number():
                 for _ in range(40):
                     text, _ = pack.realizer.realize(speaker, service, [Act(act=act, slot=slot, values=[value])], rng)
                     assert not bad_one.search(text) and not bad_many.search(text), text
+
+
+def test_a_composed_turn_never_says_a_value_alone(pack):
+    """Next to other acts, an INFORM is said with words ("for 2 rooms"), never as a bare "2."."""
+    acts = [Act(act="INFORM_INTENT", slot="intent", values=["SearchHotel"]),
+            Act(act="INFORM", slot="number_of_rooms", values=["2"])]
+    for seed in range(200):
+        text, spans = pack.realizer.realize("USER", "Hotels_4", acts, random.Random(seed))
+        _check(pack, "Hotels_4", acts, text, spans)
+        assert not re.search(r"(^|[.?!] )2[.?!]?$", text), text
