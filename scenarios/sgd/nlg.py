@@ -129,8 +129,9 @@ def builtin_template(speaker: str, svc: ServiceSchema | None, act: Act) -> Templ
         return ["How about ", 0, "?"]
     lead = {("SYSTEM", "CONFIRM"): f"Please confirm the {ph}: ", ("SYSTEM", "OFFER"): f"The {ph} is ",
             ("USER", "REQUEST"): f"Is the {ph} ", ("USER", "SELECT"): f"I'll take this {ph}: ",
+            ("SYSTEM", "REQUEST"): f"Should the {ph} be ",  # a system REQUEST with a value proposes it
             ("SYSTEM", "INFORM_COUNT"): "I found "}.get((speaker, a), f"The {ph} is ")
-    tail = {("USER", "REQUEST"): "?", ("SYSTEM", "INFORM_COUNT"): " results."}
+    tail = {("USER", "REQUEST"): "?", ("SYSTEM", "REQUEST"): "?", ("SYSTEM", "INFORM_COUNT"): " results."}
     return [lead, 0, tail.get((speaker, a), ".")]
 
 

@@ -198,3 +198,12 @@ def test_a_composed_turn_never_says_a_value_alone(pack):
         text, spans = pack.realizer.realize("USER", "Hotels_4", acts, random.Random(seed))
         _check(pack, "Hotels_4", acts, text, spans)
         assert not re.search(r"(^|[.?!] )2[.?!]?$", text), text
+
+
+def test_a_system_request_with_a_value_is_a_question(pack):
+    """REQUEST(city=San Jose) proposes a value: even the schema-phrased fallback asks rather than states."""
+    from dialogsim.scenarios.sgd.nlg import builtin_template
+
+    act = Act(act="REQUEST", slot="to_location", values=["San Francisco"])
+    template = builtin_template("SYSTEM", pack.service("Buses_1"), act)
+    assert template[-1].endswith("?") and 0 in template
