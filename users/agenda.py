@@ -20,6 +20,7 @@ from typing import Any
 
 from ..engine.events import Act, AgentTurn, DialogueState, Frame
 from ..scenarios.base import EpisodeContext
+from ..scenarios.sgd.nlg import OPENING
 from .base import UserReply, Verdict
 from .noise import NoiseModel
 
@@ -670,6 +671,7 @@ class AgendaUser:
                 true_by_service.setdefault(item[0], []).append(item)
         said = self.spoken
         realize = self.pack.realizer.realize
+        speaker = "USER" if self.turns else OPENING  # the opening turn leans on nothing said before
         for service in order:
             acts: list[Act] = []
             requested: list[str] = []
@@ -688,7 +690,7 @@ class AgendaUser:
             if len(acts) > 1:
                 acts.sort(key=_act_key)  # one order per signature (the realizer caches plans by signature)
             self._update_state(service, true_by_service.get(service, ()))
-            text, spans = realize("USER", service, acts, self.rng)
+            text, spans = realize(speaker, service, acts, self.rng)
             if offset:
                 spans = [type(sp)(slot=sp.slot, start=sp.start + offset, exclusive_end=sp.exclusive_end + offset)
                          for sp in spans]

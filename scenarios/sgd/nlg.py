@@ -22,6 +22,8 @@ from ...engine.events import Act, SlotSpan
 from .schema import ServiceSchema
 
 BOUND_VALUES = frozenset({"True", "False", "dontcare"})
+# The user's first turn: USER templates, minus those mined from later turns that lean on an earlier one.
+OPENING = "USER_OPENING"
 _NONE: frozenset[str] = frozenset()
 Template = list  # list[str | int]
 
@@ -297,6 +299,10 @@ class Realizer:
         return groups
 
     def _plan(self, speaker: str, service: str, acts: Sequence[Act], sig: str, order: list[int]) -> _Plan:
+        if speaker == OPENING:
+            plan = self._plan("USER", service, acts, sig, order)
+            return _Plan([[(holes, _standalone(tpls)) for holes, tpls in groups] for groups in plan.alternatives],
+                         [plan.cum[0]] + [b - a for a, b in zip(plan.cum, plan.cum[1:])])
         found = self._lookup(speaker, service, sig)
         if not found:
             return _Plan([self._composed(speaker, service, acts, order)], [1])
@@ -356,6 +362,20 @@ class Realizer:
 _Group = tuple  # (holes: list[(signature position, value index)], compiled templates)
 
 
+# Words that only make sense after something was said: "I also need a cab to get there", "Yes. ...".
+_FOLLOW_UP = re.compile(
+    r"\b(?:also|too|as well|another|the same|same (?:day|place|city|area|time)"
+    r"|th(?:at|is) (?:area|place|city|location|day|date|time|one|restaurant|hotel|event|movie|property)"
+    r"|(?<!hi )(?<!hey )(?<!hello )(?<!is )(?<!are )there\b(?! (?:is|are|any|a|an)\b))"
+    r"|^\W*(?:yes|yeah|yep|okay|ok|great|perfect|sounds good|thanks|thank you|no|nope|cool|alright)\b", re.I)
+
+
+def _standalone(tpls: list[tuple]) -> list[tuple]:
+    """The compiled templates that open a dialogue well (all of them when none does)."""
+    kept = [t for t in tpls if not _FOLLOW_UP.search(" _ ".join(t[0]).strip())]
+    return kept or tpls
+
+
 def _every(tpls: list[Template]) -> list[Template]:
     return tpls
 
@@ -379,8 +399,12 @@ _ONE = frozenset(("1", "one", "One", "a single"))
 _MANY = frozenset("two three four five six seven eight nine ten eleven twelve".split())
 _NOUNS = {"people": ("person", "people"), "person": ("person", "people"), "persons": ("person", "people")}
 for _w in ("ticket", "seat", "room", "passenger", "adult", "rider", "traveler", "traveller", "day", "night", "bag",
-           "guest", "bed", "bath", "stop", "transfer", "layover"):
+           "guest", "bed", "bath", "stop", "transfer", "layover", "bedroom", "bathroom", "movie", "film", "flight",
+           "event", "song", "show", "option", "result", "restaurant", "hotel", "house", "apartment",
+           "place", "car", "train", "trip", "attraction", "doctor", "dentist", "stylist", "salon"):
     _NOUNS[_w] = _NOUNS[_w + "s"] = (_w, _w + "s")
+_NOUNS.update(bus=("bus", "buses"), buses=("bus", "buses"), property=("property", "properties"),
+              properties=("property", "properties"))
 _COUNTED = re.compile(r"( )(%s)\b" % "|".join(sorted(_NOUNS, key=len, reverse=True)), re.I)
 
 

@@ -178,16 +178,30 @@ def test_counted_nouns_agree_with_the_number():
     assert agree == {0: (" person. On ", " people. On "), 1: (" night.", " nights.")}
     pack = load_pack()
     rng = random.Random(0)
-    bad_one = re.compile(r"\b1 (people|persons|tickets|seats|rooms|passengers|riders|travelers)\b")
-    bad_many = re.compile(r"\b[2-9] (person|ticket|seat|room|passenger|rider|traveler)\b(?![-\w])")
+    bad_one = re.compile(r"\b1 (people|persons|tickets|seats|rooms|passengers|riders|travelers|bedrooms|bathrooms)\b")
+    bad_many = re.compile(r"\b[2-9] (person|ticket|seat|room|passenger|rider|traveler|bedroom|bathroom)\b(?![-\w])")
     for service, slot in (("Buses_1", "travelers"), ("Events_1", "number_of_seats"), ("RideSharing_1", "number_of_riders"),
-                          ("Hotels_4", "number_of_rooms"), ("Restaurants_2", "number_of_seats")):
+                          ("Hotels_4", "number_of_rooms"), ("Restaurants_2", "number_of_seats"),
+                          ("Homes_1", "number_of_beds"), ("Homes_1", "number_of_baths")):
         for value in ("1", "4"):
             for speaker in ("USER", "SYSTEM"):
                 act = "INFORM" if speaker == "USER" else "CONFIRM"
                 for _ in range(40):
                     text, _ = pack.realizer.realize(speaker, service, [Act(act=act, slot=slot, values=[value])], rng)
                     assert not bad_one.search(text) and not bad_many.search(text), text
+
+
+def test_an_opening_turn_does_not_lean_on_an_earlier_one(pack):
+    """The user's first turn avoids mined follow-up wordings ("I also need a cab to get there")."""
+    from dialogsim.scenarios.sgd.nlg import _FOLLOW_UP, OPENING
+
+    acts = [Act(act="INFORM_INTENT", slot="intent", values=["GetRide"])]
+    rng = random.Random(0)
+    later = [pack.realizer.realize("USER", "RideSharing_2", acts, rng)[0] for _ in range(300)]
+    first = [pack.realizer.realize(OPENING, "RideSharing_2", acts, rng)[0] for _ in range(300)]
+    assert any(_FOLLOW_UP.search(t) for t in later)  # the bank has follow-up wordings ...
+    assert not any(_FOLLOW_UP.search(t) for t in first)  # ... that an opener never uses
+    assert len(set(first)) > 5
 
 
 def test_a_composed_turn_never_says_a_value_alone(pack):
