@@ -84,6 +84,38 @@ def _phrase(svc: ServiceSchema | None, slot: str) -> str:
     return text
 
 
+_VERB = re.compile(r"\b(is|are|has|have|serves|offers|arrives|allows|includes)\b")
+
+
+def _bound_sentence(speaker: str, act: str, ph: str, value: str) -> str:
+    """A sentence for a yes/no/any value of a slot described as "whether X" ("if pets are allowed")."""
+    question = re.match(r"(whether or not|whether|if) (.+?)( or not)?$", ph)
+    if question is None:
+        word = {"True": "yes", "False": "no"}.get(value)
+        return f"Any {ph} is fine." if word is None else f"{ph[:1].upper()}{ph[1:]}: {word}."
+    clause = question.group(2)
+    if value not in ("True", "False"):  # dontcare
+        return f"I don't mind whether {clause}." if speaker == "USER" else f"Whether {clause} does not matter."
+    if clause.startswith("to "):  # "whether to purchase insurance"
+        if speaker == "USER":
+            return f"I {'want' if value == 'True' else 'do not want'} {clause}."
+        said = f"you {'want' if value == 'True' else 'do not want'} {clause}."
+        return f"Please confirm that {said}" if act == "CONFIRM" else said[:1].upper() + said[1:]
+    if value == "False":
+        verb = _VERB.search(clause)
+        if verb is None:
+            return f"{clause[:1].upper()}{clause[1:]}: no."
+        word = verb.group(1)
+        negated = f"{word} not" if word in ("is", "are") else f"do not {word}" if word == "have" else \
+            "does not have" if word == "has" else f"does not {word[:-1]}"
+        clause = clause[:verb.start()] + negated + clause[verb.end():]
+    if speaker == "USER":
+        return f"Make sure {clause}."
+    if act == "CONFIRM":
+        return f"Please confirm that {clause}."
+    return f"{clause[:1].upper()}{clause[1:]}."
+
+
 def _nameish(slot: str) -> bool:
     return slot.endswith("name") or slot.endswith("title") or slot in ("artist", "song", "album", "director")
 
@@ -115,9 +147,7 @@ def builtin_template(speaker: str, svc: ServiceSchema | None, act: Act) -> Templ
         return [text]
     ph = _phrase(svc, slot)
     if vals and any(v in BOUND_VALUES for v in vals):
-        v = vals[0]
-        word = {"True": "yes", "False": "no", "dontcare": "any is fine"}[v]
-        return [f"{ph[:1].upper()}{ph[1:]}: {word}."]
+        return [_bound_sentence(speaker, a, ph, vals[0])]
     if not vals:
         if ph.startswith("whether") or ph.startswith("if "):
             return [f"Could you tell me {ph}?"] if speaker == "SYSTEM" else [f"Can you tell me {ph}?"]

@@ -221,3 +221,16 @@ def test_a_system_request_with_a_value_is_a_question(pack):
     act = Act(act="REQUEST", slot="to_location", values=["San Francisco"])
     template = builtin_template("SYSTEM", pack.service("Buses_1"), act)
     assert template[-1].endswith("?") and 0 in template
+
+
+@pytest.mark.parametrize("speaker, act, value, said", [
+    ("USER", "INFORM", "True", "Make sure the hotel has wifi."),
+    ("USER", "INFORM", "False", "Make sure the hotel does not have wifi."),
+    ("USER", "INFORM", "dontcare", "I don't mind whether the hotel has wifi."),
+    ("SYSTEM", "CONFIRM", "False", "Please confirm that the hotel does not have wifi."),
+    ("SYSTEM", "INFORM", "True", "The hotel has wifi.")])
+def test_yes_no_values_are_said_as_sentences(speaker, act, value, said):
+    """A boolean slot described as "if X" is said as a sentence about X, not as "If X: no."."""
+    from dialogsim.scenarios.sgd.nlg import _bound_sentence
+
+    assert _bound_sentence(speaker, act, "if the hotel has wifi", value) == said
