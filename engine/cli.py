@@ -45,6 +45,12 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:  # `dialogsim events ... | head`
         sys.stderr.close()
         return 0
+    except OSError as exc:
+        # a file the user pointed at cannot be used (permissions, a directory where a file belongs, disk
+        # full): that is about their files, not a bug, so one line rather than a traceback
+        where = f"{exc.filename}: " if exc.filename else ""
+        print(f"dialogsim: error: {where}{exc.strerror or exc}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

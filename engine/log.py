@@ -82,6 +82,8 @@ class RunDir:
         }
         (path / "events").mkdir(parents=True, exist_ok=True)
         (path / "projections").mkdir(exist_ok=True)
+        for shard in manifest["shards"]:
+            (path / shard).touch()  # a listed shard always exists, so a missing one means lost events
         run = cls(path, manifest)
         run.save_manifest()
         return run
@@ -97,18 +99,39 @@ class RunDir:
             manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
         except FileNotFoundError:
             raise UserError(f"{manifest_path}: missing; {path} is not a dialogsim run directory") from None
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise UserError(f"{manifest_path}: unreadable ({exc})") from None
-        if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+        except OSError as exc:
+            raise UserError(f"{manifest_path}: cannot read ({exc.strerror})") from None
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise UserError(f"{manifest_path}: unreadable, not JSON ({exc})") from None
+        if not isinstance(manifest, dict):
+            raise UserError(f"{manifest_path}: not a dialogsim run manifest (not a JSON object)")
+        if manifest.get("format") != FORMAT:
             raise UserError(f"{manifest_path}: not a dialogsim run manifest (format is not {FORMAT!r})")
-        if manifest.get("format_version", 0) > FORMAT_VERSION:
-            raise UserError(f"{manifest_path}: run format v{manifest.get('format_version')} is newer than "
-                            f"this dialogsim reads (v{FORMAT_VERSION})")
+        version = manifest.get("format_version", FORMAT_VERSION)
+        if type(version) is not int or version < 1:
+            raise UserError(f"{manifest_path}: 'format_version' is {version!r}; expected a positive integer")
+        if version > FORMAT_VERSION:
+            raise UserError(f"{manifest_path}: run format v{version} is newer than this dialogsim reads "
+                            f"(v{FORMAT_VERSION})")
+        shards = manifest.get("shards", [])
+        if not isinstance(shards, list) or not all(
+                isinstance(s, str) and s and not Path(s).is_absolute() and ".." not in Path(s).parts
+                for s in shards):
+            raise UserError(f"{manifest_path}: 'shards' is {shards!r}; expected a list of file paths "
+                            "relative to the run directory")
         return cls(path, manifest)
 
     def shards(self) -> list[Path]:
-        """The event shard files listed in the manifest that exist on disk."""
-        return [p for p in (self.path / s for s in self.manifest.get("shards", [])) if p.exists()]
+        """The event shard files listed in the manifest; a listed shard that is missing or not a file is an error."""
+        out = []
+        for name in self.manifest.get("shards", []):
+            shard = self.path / name
+            if not shard.exists():
+                raise UserError(f"{shard}: event shard listed in {self.path / 'manifest.json'} is missing")
+            if not shard.is_file():
+                raise UserError(f"{shard}: event shard is not a regular file")
+            out.append(shard)
+        return out
 
     def save_manifest(self) -> None:
         """Write manifest.json atomically (temp file, fsync, rename)."""
@@ -286,10 +309,17 @@ def _as_run(run: RunDir | str | Path) -> RunDir:
 def read_shard(shard: Path, *, skip_corrupt: bool = False, stats: dict[str, int] | None = None) -> Iterator[Event | OpaqueEvent]:
     """Stream the events of one shard; a torn last line is skipped with a warning."""
     lineno = 0
-    with open(shard, "rb") as f:
+    try:
+        f = open(shard, "rb")
+    except OSError as exc:
+        raise UserError(f"{shard}: cannot read event shard ({exc.strerror})") from None
+    with f:
         rest = b""
         while True:
-            chunk = f.read(_READ_CHUNK)
+            try:
+                chunk = f.read(_READ_CHUNK)
+            except OSError as exc:
+                raise UserError(f"{shard}: cannot read event shard ({exc.strerror})") from None
             if not chunk:
                 break
             lines = (rest + chunk).split(b"\n")

@@ -144,6 +144,8 @@ def run_projection(run_dir: str | Path | RunDir, projection: Projection, out_dir
     run = run_dir if isinstance(run_dir, RunDir) else RunDir.open(run_dir)
     out = Path(out_dir) if out_dir is not None else default_out_dir(run, projection)
     ckpt = out / CHECKPOINT_DIR
+    if out.exists() and not out.is_dir():
+        raise UserError(f"{out}: exists and is not a directory; choose another --out")
     if out.exists() and not (ckpt / "meta.json").exists() and not rebuild and \
             any(p.name != CHECKPOINT_DIR for p in out.iterdir()):
         raise UserError(f"{out}: exists, is not empty and is not a projection output; choose another --out")

@@ -184,3 +184,100 @@ def test_agent_urls_with_credentials_are_refused_before_anything_is_written(tmp_
     assert proc.returncode == 2 and "credential" in proc.stderr and "Traceback" not in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1 and "SECRET" not in proc.stderr
     assert not out.exists()
+
+
+def cli(capsys, *args: str) -> tuple[int, str, str]:
+    """Run the CLI in this process; return its exit status, stdout and stderr."""
+    from dialogsim.engine.cli import main
+    try:
+        status = main([str(a) for a in args])
+    except SystemExit as exc:  # argparse
+        status = exc.code
+    captured = capsys.readouterr()
+    return status, captured.out, captured.err
+
+
+def assert_one_line_error(status: int, err: str, *fragments: str) -> None:
+    """Exit status 2 and exactly one stderr line holding every fragment, no traceback."""
+    assert status == 2, err
+    assert "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1, err
+    for fragment in fragments:
+        assert fragment in err, err
+
+
+@pytest.fixture(scope="module")
+def small_run(tmp_path_factory) -> Path:
+    """A completed four-episode builtin run, to copy and break."""
+    out = tmp_path_factory.mktemp("small") / "run"
+    dialogsim("run", "--scenarios", "builtin", "--episodes", "4", "--out", str(out), "--no-progress", check=True)
+    return out
+
+
+def _edit_manifest(run: Path, **changes) -> None:
+    manifest = json.loads((run / "manifest.json").read_text())
+    manifest.update(changes)
+    (run / "manifest.json").write_text(json.dumps(manifest))
+
+
+def _shard_is_directory(run: Path) -> None:
+    shard = run / "events" / "shard-000.jsonl"
+    shard.unlink()
+    shard.mkdir()
+
+
+BROKEN_RUNS = {
+    "shard is a directory": (_shard_is_directory, ["shard-000.jsonl", "not a regular file"]),
+    "shard missing": (lambda r: (r / "events" / "shard-000.jsonl").unlink(), ["shard-000.jsonl", "missing"]),
+    "shards a string": (lambda r: _edit_manifest(r, shards="events/shard-000.jsonl"), ["manifest.json", "'shards'"]),
+    "shards of numbers": (lambda r: _edit_manifest(r, shards=[1]), ["manifest.json", "'shards'"]),
+    "shard outside the run": (lambda r: _edit_manifest(r, shards=["/etc/passwd"]), ["manifest.json", "'shards'"]),
+    "format_version a string": (lambda r: _edit_manifest(r, format_version="1"), ["manifest.json", "format_version"]),
+    "format_version unknown": (lambda r: _edit_manifest(r, format_version=0), ["manifest.json", "format_version"]),
+    "format_version newer": (lambda r: _edit_manifest(r, format_version=7), ["manifest.json", "newer"]),
+    "manifest not JSON": (lambda r: (r / "manifest.json").write_text("{nope"), ["manifest.json", "not JSON"]),
+    "manifest a list": (lambda r: (r / "manifest.json").write_text("[1]"), ["manifest.json", "not a JSON object"]),
+}
+
+
+@pytest.mark.parametrize("command", [["events"], ["project", "--to", "sgd", "--no-progress"], ["stats"],
+                                     ["run", "--no-progress", "--resume"]], ids=lambda c: c[0])
+@pytest.mark.parametrize("breakage", BROKEN_RUNS)
+def test_broken_run_directories_are_one_clear_line(tmp_path, capsys, small_run, command, breakage):
+    """Every way a run directory can be broken gives one line naming the file and the problem, exit 2."""
+    import shutil
+    run = tmp_path / "run"
+    shutil.copytree(small_run, run)
+    breaker, fragments = BROKEN_RUNS[breakage]
+    breaker(run)
+    status, _, err = cli(capsys, *command, run)
+    assert_one_line_error(status, err, *fragments)
+
+
+def test_an_unreadable_shard_is_one_clear_line(tmp_path, capsys, small_run, monkeypatch):
+    """A shard that cannot be opened (permissions) is named with the reason, for readers and for --resume."""
+    import builtins
+    import shutil
+    from dialogsim.engine import log
+    run = tmp_path / "run"
+    shutil.copytree(small_run, run)
+
+    def denied(path, *args, **kwargs):
+        if str(path).endswith(".jsonl"):
+            raise PermissionError(13, "Permission denied", str(path))
+        return builtins.open(path, *args, **kwargs)
+
+    monkeypatch.setattr(log, "open", denied, raising=False)  # root ignores chmod, so deny at the open call
+    for args in (["events", run], ["stats", run], ["project", run, "--to", "sgd", "--no-progress"],
+                 ["run", "--resume", run, "--no-progress"]):
+        status, _, err = cli(capsys, *args)
+        assert_one_line_error(status, err, "shard-000.jsonl", "Permission denied")
+
+
+def test_project_out_that_is_a_file_is_refused(tmp_path, capsys, small_run):
+    """project --out naming an existing regular file is refused, and the file is left alone."""
+    target = tmp_path / "afile"
+    target.write_text("keep me")
+    status, _, err = cli(capsys, "project", small_run, "--to", "sgd", "--out", target, "--no-progress")
+    assert_one_line_error(status, err, "afile", "not a directory")
+    assert target.read_text() == "keep me"
