@@ -281,3 +281,14 @@ def test_project_out_that_is_a_file_is_refused(tmp_path, capsys, small_run):
     status, _, err = cli(capsys, "project", small_run, "--to", "sgd", "--out", target, "--no-progress")
     assert_one_line_error(status, err, "afile", "not a directory")
     assert target.read_text() == "keep me"
+
+
+def test_events_refuses_an_unknown_type_or_episode(capsys, small_run):
+    """--type outside the catalogue lists the known types; --episode not in the run is named; both exit 2."""
+    status, out, err = cli(capsys, "events", small_run, "--type", "bogus")
+    assert_one_line_error(status, err, "--type bogus", "user_turn", "episode_ended")
+    assert out == ""
+    status, out, err = cli(capsys, "events", small_run, "--episode", "nope", "--type", "episode_ended")
+    assert_one_line_error(status, err, "--episode nope", "no such episode")
+    status, out, err = cli(capsys, "events", small_run, "--episode", "e000001", "--type", "episode_ended")
+    assert status == 0 and out.count("\n") == 1 and err == ""
