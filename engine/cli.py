@@ -34,11 +34,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point: parse, run the subcommand, turn a UserError into one line and exit status 2."""
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    configure_logging(args.log_format, args.log_level)
     try:
+        parser = build_parser()
+        args = parser.parse_args(argv)
+        configure_logging(args.log_format, args.log_level)
         return int(args.handler(args) or 0)
+    except KeyboardInterrupt:
+        # every command writes its outputs atomically or removes them on the way out, so stopping is safe
+        print("dialogsim: interrupted", file=sys.stderr)
+        return 130
     except UserError as exc:
         print(f"dialogsim: error: {exc}", file=sys.stderr)
         return 2

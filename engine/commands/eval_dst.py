@@ -9,6 +9,7 @@ JSON exactly as the official evaluate.py writes its output file.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -112,6 +113,20 @@ def evaluate(ref: dict[str, dict[str, Any]], hyp: dict[str, dict[str, Any]], sch
     return agg.result(), agg.frames
 
 
+def _write_all(outputs: list[tuple[Path, bytes]]) -> None:
+    """Write every file under a temporary name, then rename them all: an error or Ctrl-C leaves none half-written."""
+    tmps = [path.with_name(f".{path.name}.tmp") for path, _ in outputs]
+    try:
+        for tmp, (_, data) in zip(tmps, outputs):
+            tmp.write_bytes(data)
+    except BaseException:
+        for tmp in tmps:
+            tmp.unlink(missing_ok=True)
+        raise
+    for tmp, (path, _) in zip(tmps, outputs):
+        os.replace(tmp, path)
+
+
 def handle(args: argparse.Namespace) -> int:
     from ...scenarios.sgd.schema import load_schemas
     from ...scenarios.sgd_corpus import dialogue_files
@@ -130,10 +145,12 @@ def handle(args: argparse.Namespace) -> int:
     per_frame: list[dict[str, Any]] | None = [] if args.per_frame else None
     result, frames = evaluate(ref, hyp, schemas, seen_services(args.train_schema), fuzzy=not args.no_fuzzy_match,
                               joint_across_turn=args.joint_acc_across_turn, per_frame=per_frame)
+    outputs: list[tuple[Path, bytes]] = []
     if args.out:
-        Path(args.out).write_bytes(metrics_json(result))
+        outputs.append((Path(args.out), metrics_json(result)))
     if per_frame is not None:
-        Path(args.per_frame).write_bytes(b"".join(msgspec.json.encode(row) + b"\n" for row in per_frame))
+        outputs.append((Path(args.per_frame), b"".join(msgspec.json.encode(row) + b"\n" for row in per_frame)))
+    _write_all(outputs)
     sys.stdout.write(metrics_table(result, frames))
     print(f"{len(hyp)} predicted dialogues of {len(ref)} in the reference")
     return 0

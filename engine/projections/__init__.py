@@ -255,20 +255,41 @@ def _stored_outputs(path: Path) -> Iterator[bytes]:
 
 
 def _write_files(out: Path, files: Iterable[tuple[str, bytes]], stale: list[str]) -> list[str]:
+    # every file goes to a temporary name first and all are renamed at the end, so an error or Ctrl-C
+    # while rendering leaves the previous output whole instead of a mix of old and new files
     written: list[str] = []
-    for name, data in files:
-        if "/" in name or name.startswith("."):
-            raise ValueError(f"projection produced a bad file name {name!r}")
-        _write_atomic(out / name, data)
-        written.append(name)
+    try:
+        for name, data in files:
+            if "/" in name or name.startswith("."):
+                raise ValueError(f"projection produced a bad file name {name!r}")
+            _write_tmp(out / name, data)
+            written.append(name)
+    except BaseException:
+        for name in written:
+            _tmp_path(out / name).unlink(missing_ok=True)
+        raise
+    for name in written:
+        os.replace(_tmp_path(out / name), out / name)
     for name in stale:
         if name not in written and (out / name).exists():
             (out / name).unlink()
     return written
 
 
+def _tmp_path(path: Path) -> Path:
+    return path.with_name(path.name + ".tmp")
+
+
+def _write_tmp(path: Path, data: bytes) -> None:
+    tmp = _tmp_path(path)
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
 def _write_atomic(path: Path, data: bytes) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as f:
-        f.write(data)
-    os.replace(tmp, path)
+    _write_tmp(path, data)
+    os.replace(_tmp_path(path), path)

@@ -292,3 +292,113 @@ def test_events_refuses_an_unknown_type_or_episode(capsys, small_run):
     assert_one_line_error(status, err, "--episode nope", "no such episode")
     status, out, err = cli(capsys, "events", small_run, "--episode", "e000001", "--type", "episode_ended")
     assert status == 0 and out.count("\n") == 1 and err == ""
+
+
+SGD_FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "sgd"
+
+
+def _interrupt(*args, **kwargs):
+    raise KeyboardInterrupt
+
+
+def _snapshot(directory: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(directory)): p.read_bytes() for p in sorted(directory.rglob("*"))
+            if p.is_file() and ".checkpoint" not in p.parts}
+
+
+def assert_interrupted(status: int, err: str) -> None:
+    """Exit status 130, no traceback, and the interruption said once, last (operational log lines may precede it)."""
+    assert status == 130, err
+    assert "Traceback" not in err
+    assert err.strip().splitlines()[-1] == "dialogsim: interrupted" and err.count("interrupted") == 1, err
+
+
+@pytest.fixture
+def imported(tmp_path, capsys) -> Path:
+    """The SGD fixture split imported and projected to sgd once."""
+    run = tmp_path / "imported"
+    assert cli(capsys, "import", "sgd", SGD_FIXTURES, "--out", run)[0] == 0
+    assert cli(capsys, "project", run, "--to", "sgd", "--no-progress")[0] == 0
+    return run
+
+
+@pytest.mark.parametrize("where", ["fold", "render"])
+def test_ctrl_c_during_project_leaves_the_previous_output_whole(capsys, imported, monkeypatch, where):
+    """Ctrl-C while folding or after the first rendered file: exit 130, one line, old files intact, no temp files."""
+    from dialogsim.engine.projections.sgd import SgdProjection
+    out = imported / "projections" / "sgd@v1"
+    before = _snapshot(out)
+    if where == "fold":
+        monkeypatch.setattr(SgdProjection, "fold", _interrupt)
+    else:
+        render = SgdProjection.render
+
+        def first_file_then_interrupt(self, outputs):
+            name, _ = next(render(self, outputs))
+            yield name, b"changed"
+            raise KeyboardInterrupt
+        monkeypatch.setattr(SgdProjection, "render", first_file_then_interrupt)
+    status, _, err = cli(capsys, "project", imported, "--to", "sgd", "--rebuild", "--no-progress")
+    assert_interrupted(status, err)
+    assert _snapshot(out) == before
+    monkeypatch.undo()
+    assert cli(capsys, "project", imported, "--to", "sgd", "--no-progress")[0] == 0
+    assert _snapshot(out) == before
+
+
+def test_ctrl_c_during_import_leaves_nothing(tmp_path, capsys, monkeypatch):
+    """Ctrl-C in the middle of an import removes the half-written run directory."""
+    from dialogsim.scenarios import sgd_corpus
+    convert = sgd_corpus.dialogue_to_events
+    calls = []
+
+    def second_dialogue_interrupts(*args):
+        calls.append(1)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return convert(*args)
+    monkeypatch.setattr(sgd_corpus, "dialogue_to_events", second_dialogue_interrupts)
+    status, _, err = cli(capsys, "import", "sgd", SGD_FIXTURES, "--out", tmp_path / "run")
+    assert_interrupted(status, err)
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("command, target", [("events", "dialogsim.engine.commands.events.describe"),
+                                             ("stats", "dialogsim.engine.commands.stats.from_episode")])
+def test_ctrl_c_while_reading_a_run(capsys, small_run, monkeypatch, command, target):
+    """Ctrl-C while events or stats reads the log: exit 130, one line."""
+    monkeypatch.setattr(target, _interrupt)
+    assert_interrupted(*cli(capsys, command, small_run)[::2])
+
+
+def test_ctrl_c_during_eval_dst_writes_no_output(tmp_path, capsys, monkeypatch):
+    """Ctrl-C between eval-dst's two output files leaves neither file and no temporary file."""
+    pred = tmp_path / "pred"
+    pred.mkdir()
+    (pred / "dialogues_001.json").write_bytes((SGD_FIXTURES / "dialogues_001.json").read_bytes())
+    write_bytes = Path.write_bytes
+    calls = []
+
+    def second_write_interrupts(self, data):
+        calls.append(self)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return write_bytes(self, data)
+    monkeypatch.setattr(Path, "write_bytes", second_write_interrupts)
+    status, _, err = cli(capsys, "eval-dst", "--ref", SGD_FIXTURES, "--pred", pred, "--out", tmp_path / "m.json",
+                         "--per-frame", tmp_path / "frames.jsonl")
+    assert_interrupted(status, err)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["pred"]
+
+
+def test_ctrl_c_during_pack_build_keeps_the_old_pack(tmp_path, capsys, monkeypatch):
+    """Ctrl-C while a pack is written leaves the previous pack as it was and no temporary directory."""
+    small = SGD_FIXTURES.parent / "sgd_small"
+    args = ["pack", "build", "--sgd", small, "--schemas", small / "schema.json", "--out", tmp_path / "pack",
+            "--no-progress"]
+    assert cli(capsys, *args)[0] == 0
+    before = _snapshot(tmp_path / "pack")
+    monkeypatch.setattr(Path, "write_text", _interrupt)
+    assert_interrupted(*cli(capsys, *args)[::2])
+    assert _snapshot(tmp_path / "pack") == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["pack"]
