@@ -402,3 +402,49 @@ def test_ctrl_c_during_pack_build_keeps_the_old_pack(tmp_path, capsys, monkeypat
     assert_interrupted(*cli(capsys, *args)[::2])
     assert _snapshot(tmp_path / "pack") == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["pack"]
+
+
+@pytest.mark.parametrize("option, value, recorded", [
+    ("--episodes", "5", "4"), ("--seed", "1", "0"), ("--scenarios", "sgd", "'builtin'"),
+    ("--agent-model", "gpt-x", "not set"), ("--durability", "none", "'episode'"),
+])
+def test_resume_refuses_options_that_differ_from_the_run(tmp_path, capsys, small_run, option, value, recorded):
+    """--resume with an option that differs from the manifest names the option and the recorded value."""
+    import shutil
+    run = tmp_path / "run"
+    shutil.copytree(small_run, run)
+    before = _snapshot(run)
+    status, _, err = cli(capsys, "run", "--resume", run, option, value, "--no-progress")
+    assert_one_line_error(status, err, f"{option} ", f"({recorded})")
+    assert _snapshot(run) == before
+
+
+def test_resume_accepts_options_equal_to_the_recorded_ones(tmp_path, capsys, small_run):
+    """Repeating the run's own options on --resume is fine."""
+    import shutil
+    run = tmp_path / "run"
+    shutil.copytree(small_run, run)
+    status, out, err = cli(capsys, "run", "--resume", run, "--episodes", "4", "--seed", "0", "--scenarios", "builtin",
+                           "--no-progress")
+    assert status == 0 and "completed: 4 episodes" in out, err
+
+
+def test_resume_finds_a_relative_pack_from_another_directory(tmp_path):
+    """A run started with --scenarios ./pack records the absolute path, so --resume works from any directory."""
+    small = SGD_FIXTURES.parent / "sgd_small"
+    work, elsewhere = tmp_path / "work", tmp_path / "elsewhere"
+    work.mkdir()
+    elsewhere.mkdir()
+    for args in (["pack", "build", "--sgd", str(small), "--schemas", str(small / "schema.json"), "--out", "mypack",
+                  "--no-progress"],
+                 ["run", "--scenarios", "./mypack", "--episodes", "3", "--out", "run", "--no-progress"]):
+        proc = subprocess.run([*CLI, *args], cwd=work, capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 0, proc.stderr
+    manifest = json.loads((work / "run" / "manifest.json").read_text())
+    assert manifest["config"]["scenarios"] == str((work / "mypack").resolve())
+    proc = subprocess.run([*CLI, "run", "--resume", str(work / "run"), "--no-progress"], cwd=elsewhere,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and "completed: 3 episodes" in proc.stdout, proc.stderr
+    proc = subprocess.run([*CLI, "run", "--resume", "run", "--scenarios", "mypack", "--no-progress"], cwd=work,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
