@@ -133,6 +133,14 @@ class RunDir:
             out.append(shard)
         return out
 
+    def imported_by(self) -> str | None:
+        """The import command that made this run ("import sgd SRC"), or None for a simulated run."""
+        config = self.manifest.get("config")
+        command = config.get("command") if isinstance(config, dict) else None
+        if isinstance(command, str) and command.startswith("import"):
+            return f"{command} {config.get('source', '')}".strip()
+        return None
+
     def save_manifest(self) -> None:
         """Write manifest.json atomically (temp file, fsync, rename)."""
         tmp = self.path / "manifest.json.tmp"

@@ -127,6 +127,10 @@ def start_run(out: str | Path, config: RunConfig, *, progress: bool = True) -> R
 def resume_run(out: str | Path, *, progress: bool = True) -> RunResult:
     """Finish a run: skip ended episodes, continue unfinished ones from their logged prefix, run the rest."""
     run = RunDir.open(out)
+    imported = run.imported_by()
+    if imported:
+        raise UserError(f"{run.path}: an imported corpus, not a simulated run, so there is nothing to resume; "
+                        f"to redo it, import again into a new directory: dialogsim {imported} --out NEW_DIR")
     try:
         config = msgspec.convert(run.manifest.get("config"), RunConfig)
     except msgspec.ValidationError as exc:

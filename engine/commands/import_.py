@@ -115,7 +115,7 @@ def import_sgd(src: str | Path, out: str | Path, *, schema: str | Path | None = 
     run_id = run_id or f"sgd-{src.resolve().name}"
     existed = out.exists()
     stats = ImportStats()
-    config = {"command": "import sgd", "source": str(src), "schema": str(schema_path),
+    config = {"command": "import sgd", "source": str(src.resolve()), "schema": str(schema_path.resolve()),
               "sgdx": getattr(sgdx, "variant", None)}
     gc_was_enabled = gc.isenabled()
     gc.disable()  # millions of acyclic objects: cycle collection only costs time here

@@ -448,3 +448,15 @@ def test_resume_finds_a_relative_pack_from_another_directory(tmp_path):
     proc = subprocess.run([*CLI, "run", "--resume", "run", "--scenarios", "mypack", "--no-progress"], cwd=work,
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
+
+
+def test_an_unfinished_import_is_refused_by_project_and_resume(tmp_path, capsys):
+    """An import killed midway (status running) is refused by project; --resume of any import says to re-import."""
+    run = tmp_path / "imported"
+    assert cli(capsys, "import", "sgd", SGD_FIXTURES, "--out", run)[0] == 0
+    status, _, err = cli(capsys, "run", "--resume", run, "--no-progress")
+    assert_one_line_error(status, err, str(run), "imported corpus", "import again", f"import sgd {SGD_FIXTURES}")
+    _edit_manifest(run, status="running")  # what a SIGKILL mid-import leaves
+    status, _, err = cli(capsys, "project", run, "--to", "sgd", "--no-progress")
+    assert_one_line_error(status, err, str(run), "the import did not finish", "import again")
+    assert not (run / "projections" / "sgd@v1").exists()
