@@ -9,6 +9,7 @@ import sys
 from .. import __version__
 from .commands import COMMANDS
 from .errors import UserError
+from .log import CorruptLog
 from .oplog import configure_logging
 
 
@@ -34,6 +35,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point: parse, run the subcommand, turn a UserError into one line and exit status 2."""
+    args = None
     try:
         parser = build_parser()
         args = parser.parse_args(argv)
@@ -44,7 +46,8 @@ def main(argv: list[str] | None = None) -> int:
         print("dialogsim: interrupted", file=sys.stderr)
         return 130
     except UserError as exc:
-        print(f"dialogsim: error: {exc}", file=sys.stderr)
+        advice = _corrupt_advice(args) if isinstance(exc, CorruptLog) else ""
+        print(f"dialogsim: error: {exc}{advice}", file=sys.stderr)
         return 2
     except BrokenPipeError:  # `dialogsim events ... | head`
         sys.stderr.close()
@@ -55,6 +58,14 @@ def main(argv: list[str] | None = None) -> int:
         where = f"{exc.filename}: " if exc.filename else ""
         print(f"dialogsim: error: {where}{exc.strerror or exc}", file=sys.stderr)
         return 2
+
+
+def _corrupt_advice(args: argparse.Namespace | None) -> str:
+    """What the user can do about a corrupt event line, given the command that met it."""
+    if args is not None and hasattr(args, "skip_corrupt"):
+        return "; rerun with --skip-corrupt to skip such lines and count them"
+    command = getattr(args, "command", None) or "this command"
+    return f"; dialogsim {command} cannot skip corrupt lines (events, stats and project read on with --skip-corrupt)"
 
 
 if __name__ == "__main__":

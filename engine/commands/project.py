@@ -56,6 +56,8 @@ def handle(args: argparse.Namespace) -> int:
             bar.close()
     print(f"{projection.name}@v{projection.version}: {report.episodes_total} episodes "
           f"({report.episodes_new} new) -> {report.out_dir} ({len(report.files)} files)")
+    if report.corrupt:
+        print(f"skipped {report.corrupt} corrupt line(s)", file=sys.stderr)
     summary = getattr(projection, "summary", None)
     if callable(summary):
         text = summary()

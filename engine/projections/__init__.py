@@ -119,6 +119,7 @@ class ProjectionReport(msgspec.Struct, kw_only=True):
     episodes_new: int
     files: list[str]
     rebuilt: bool
+    corrupt: int = 0  # corrupt event lines skipped (with skip_corrupt)
 
 
 def default_out_dir(run: RunDir, projection: Projection) -> Path:
@@ -201,10 +202,11 @@ def _run(run: RunDir, projection: Projection, out: Path, *, rebuild: bool, skip_
     buffer = bytearray()
     # shard sizes before reading: when a later run sees the same sizes, the log has not grown
     meta["log"] = {str(p.relative_to(run.path)): p.stat().st_size for p in run.shards()}
+    read_stats: dict[str, int] = {}
     unchanged = (not fresh and old is not None and old.get("log") == meta["log"]
                  and old.get("episodes") == len(done))
     with open(outputs_path, "ab") as sink:
-        for events in () if unchanged else read_episodes(run, skip_corrupt=skip_corrupt):
+        for events in () if unchanged else read_episodes(run, skip_corrupt=skip_corrupt, stats=read_stats):
             ep = events[0].ep
             if ep in done:
                 continue
@@ -227,7 +229,7 @@ def _run(run: RunDir, projection: Projection, out: Path, *, rebuild: bool, skip_
     _log.info("projection written", projection=f"{projection.name}@v{projection.version}", out=str(out),
               episodes=before + new, new=new)
     return ProjectionReport(out_dir=str(out), episodes_total=before + new, episodes_new=new, files=files,
-                            rebuilt=fresh and old is not None)
+                            rebuilt=fresh and old is not None, corrupt=read_stats.get("corrupt", 0))
 
 
 def _meta_bytes(meta: dict[str, Any]) -> bytes:

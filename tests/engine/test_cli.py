@@ -460,3 +460,35 @@ def test_an_unfinished_import_is_refused_by_project_and_resume(tmp_path, capsys)
     status, _, err = cli(capsys, "project", run, "--to", "sgd", "--no-progress")
     assert_one_line_error(status, err, str(run), "the import did not finish", "import again")
     assert not (run / "projections" / "sgd@v1").exists()
+
+
+@pytest.fixture
+def corrupt_run(tmp_path, small_run) -> Path:
+    """A copy of the small run whose fourth event line is garbage."""
+    import shutil
+    run = tmp_path / "run"
+    shutil.copytree(small_run, run)
+    shard = run / "events" / "shard-000.jsonl"
+    lines = shard.read_bytes().split(b"\n")
+    lines[3] = b"garbage"
+    shard.write_bytes(b"\n".join(lines))
+    return run
+
+
+@pytest.mark.parametrize("command, advice", [
+    (["events"], "rerun with --skip-corrupt"), (["stats"], "rerun with --skip-corrupt"),
+    (["project", "--to", "sgd", "--no-progress"], "rerun with --skip-corrupt"),
+    (["run", "--no-progress", "--resume"], "dialogsim run cannot skip corrupt lines"),
+], ids=lambda c: c[0] if isinstance(c, list) else None)
+def test_corrupt_line_advice_fits_the_command(capsys, corrupt_run, command, advice):
+    """Only the commands that have --skip-corrupt are told to use it."""
+    status, _, err = cli(capsys, *command, corrupt_run)
+    assert_one_line_error(status, err, "shard-000.jsonl: line 4: corrupt event", advice)
+
+
+@pytest.mark.parametrize("command", [["project", "--to", "sgd", "--no-progress"], ["stats"], ["events"]],
+                         ids=lambda c: c[0])
+def test_skip_corrupt_reports_how_many_lines_it_skipped(capsys, corrupt_run, command):
+    """With --skip-corrupt, project, stats and events say how many lines they skipped."""
+    status, _, err = cli(capsys, *command, corrupt_run, "--skip-corrupt")
+    assert status == 0 and "skipped 1 corrupt line(s)" in err
