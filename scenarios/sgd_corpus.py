@@ -127,7 +127,7 @@ def read_dialogue_file_lenient(path: Path) -> tuple[list[SgdDialogue], list[str]
         try:
             good.append(msgspec.convert(item, SgdDialogue))
         except msgspec.ValidationError as exc:
-            errors.append(_describe(path, index, item, exc))
+            errors.append(describe_invalid(path, index, item, exc))
     return good, errors
 
 
@@ -140,11 +140,12 @@ def _locate_error(path: Path, raw: bytes) -> str:
         try:
             msgspec.convert(item, SgdDialogue)
         except msgspec.ValidationError as exc:
-            return _describe(path, index, item, exc)
+            return describe_invalid(path, index, item, exc)
     return f"{path}: not an SGD dialogue file"
 
 
-def _describe(path: Path, index: int, item: Any, exc: msgspec.ValidationError) -> str:
+def describe_invalid(path: Path, index: int, item: Any, exc: msgspec.ValidationError) -> str:
+    """One line naming the file, the dialogue (id or position), the turn and msgspec's account of what is wrong."""
     dialogue_id = item.get("dialogue_id", f"#{index}") if isinstance(item, dict) else f"#{index}"
     message = str(exc)
     where = ""

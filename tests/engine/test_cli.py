@@ -492,3 +492,51 @@ def test_skip_corrupt_reports_how_many_lines_it_skipped(capsys, corrupt_run, com
     """With --skip-corrupt, project, stats and events say how many lines they skipped."""
     status, _, err = cli(capsys, *command, corrupt_run, "--skip-corrupt")
     assert status == 0 and "skipped 1 corrupt line(s)" in err
+
+
+def _pred_dir(tmp_path: Path, edit=None, data=None) -> Path:
+    """A prediction directory: the fixture dialogues, edited by ``edit`` or replaced by ``data`` (raw text)."""
+    pred = tmp_path / "pred"
+    pred.mkdir()
+    if data is None:
+        dialogues = json.loads((SGD_FIXTURES / "dialogues_001.json").read_text())
+        if edit is not None:
+            edit(dialogues)
+        data = json.dumps(dialogues)
+    (pred / "dialogues_001.json").write_text(data)
+    return pred
+
+
+def _first_user_frame(dialogues):
+    return dialogues[1]["turns"][0]["frames"][0]
+
+
+@pytest.mark.parametrize("edit, data, fragments", [
+    (None, "{x", ["dialogues_001.json", "not JSON"]),
+    (None, '"hello"', ["dialogues_001.json", "expected a list of dialogues"]),
+    (lambda d: _first_user_frame(d).pop("service"), None, ["dialogues_001.json", "dialogue 1_00001, turn 0", "`service`"]),
+    (lambda d: _first_user_frame(d).pop("state"), None, ["dialogues_001.json", "dialogue 1_00001, turn 0", "no 'state'"]),
+    (lambda d: _first_user_frame(d)["state"].update(slot_values=[1]), None,
+     ["dialogues_001.json", "dialogue 1_00001, turn 0", "slot_values"]),
+    (lambda d: d[1]["turns"][0].update(frames=5), None, ["dialogues_001.json", "dialogue 1_00001, turn 0", "frames"]),
+    (lambda d: d[0].update(dialogue_id="nope_1"), None, ["dialogues_001.json", "nope_1", "not in the reference"]),
+    (lambda d: d.append(d[0]), None, ["dialogues_001.json", "also appears in"]),
+], ids=["not-json", "not-a-list", "no-service", "no-state", "bad-slot-values", "bad-frames", "unknown-id",
+        "duplicate"])
+def test_eval_dst_malformed_predictions_are_one_line(tmp_path, capsys, edit, data, fragments):
+    """A malformed prediction file is one line naming the file (and dialogue and turn where there is one), exit 2."""
+    pred = _pred_dir(tmp_path, edit, data)
+    status, out, err = cli(capsys, "eval-dst", "--ref", SGD_FIXTURES, "--pred", pred, "--out", tmp_path / "m.json")
+    assert_one_line_error(status, err, *fragments)
+    assert not (tmp_path / "m.json").exists()
+
+
+def test_eval_dst_refuses_an_empty_prediction_directory(tmp_path, capsys):
+    """--pred without prediction files, or with files holding no dialogue, is an error, not a table of zeros."""
+    pred = tmp_path / "pred"
+    pred.mkdir()
+    status, _, err = cli(capsys, "eval-dst", "--ref", SGD_FIXTURES, "--pred", pred)
+    assert_one_line_error(status, err, str(pred), "no prediction files")
+    (pred / "dialogues_001.json").write_text("[]")
+    status, _, err = cli(capsys, "eval-dst", "--ref", SGD_FIXTURES, "--pred", pred)
+    assert_one_line_error(status, err, str(pred), "no dialogues")
