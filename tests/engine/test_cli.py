@@ -540,3 +540,42 @@ def test_eval_dst_refuses_an_empty_prediction_directory(tmp_path, capsys):
     (pred / "dialogues_001.json").write_text("[]")
     status, _, err = cli(capsys, "eval-dst", "--ref", SGD_FIXTURES, "--pred", pred)
     assert_one_line_error(status, err, str(pred), "no dialogues")
+
+
+def test_import_skip_invalid_reports_counts_files_and_first_problems(tmp_path, capsys):
+    """--skip-invalid says how many dialogues it skipped, in which files, with each file's first problem."""
+    data = json.loads((SGD_FIXTURES / "dialogues_001.json").read_text())
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "schema.json").write_bytes((SGD_FIXTURES / "schema.json").read_bytes())
+    first, second = json.loads(json.dumps(data[:3])), json.loads(json.dumps(data[3:]))
+    first[0]["turns"][0]["speaker"] = "BOT"
+    first[2]["turns"][0]["frames"][0]["state"]["slot_values"]["colour"] = ["red"]
+    second[0]["dialogue_id"] = first[1]["dialogue_id"]
+    for name, dialogues in (("dialogues_001.json", first), ("dialogues_002.json", second)):
+        (src / name).write_text(json.dumps(dialogues))
+    (src / "dialogues_003.json").write_text('{"not": "a list"}')
+    status, out, err = cli(capsys, "import", "sgd", src, "--out", tmp_path / "run", "--skip-invalid")
+    assert status == 0, err
+    assert f"imported {len(data) - 3} dialogues" in out
+    lines = err.strip().splitlines()
+    assert lines[0] == "skipped 3 invalid dialogue(s) in 2 file(s):"
+    assert lines[1].startswith(f"  {src / 'dialogues_001.json'}: 2 skipped; first: dialogue {first[0]['dialogue_id']}, "
+                               "turn 0: not SGD") and "'BOT'" in lines[1]
+    assert lines[2].startswith(f"  {src / 'dialogues_002.json'}: 1 skipped; first: dialogue") and "duplicate" in lines[2]
+    assert lines[3:] == ["skipped 1 unreadable file(s):",
+                         f"  {src / 'dialogues_003.json'}: not an SGD dialogue file (the top level is not a JSON list)"]
+
+
+def test_import_refuses_an_unknown_slot_naming_file_dialogue_turn_and_element(tmp_path, capsys):
+    """Without --skip-invalid, a slot name outside the schema stops the import with one line and leaves no run."""
+    data = json.loads((SGD_FIXTURES / "dialogues_001.json").read_text())
+    data[1]["turns"][2]["frames"][0]["state"]["requested_slots"] = ["colour"]
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "schema.json").write_bytes((SGD_FIXTURES / "schema.json").read_bytes())
+    (src / "dialogues_001.json").write_text(json.dumps(data))
+    status, _, err = cli(capsys, "import", "sgd", src, "--out", tmp_path / "run")
+    assert_one_line_error(status, err, "dialogues_001.json", f"dialogue {data[1]['dialogue_id']}, turn 2",
+                          "state.requested_slots: unknown slot 'colour'")
+    assert not (tmp_path / "run").exists()
