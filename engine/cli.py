@@ -24,13 +24,30 @@ def build_parser() -> argparse.ArgumentParser:
     """The argument parser with every registered subcommand."""
     parser = _Parser(prog="dialogsim", description="Event-sourced dialogue simulation.")
     parser.add_argument("--version", action="version", version=f"dialogsim {__version__}")
-    parser.add_argument("--log-format", choices=["console", "json"], default="console",
-                        help="format of operational logs on stderr (default: console)")
-    parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    _add_global_options(parser, default=True)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name in COMMANDS:
         importlib.import_module(f".commands.{name}", __package__).register(sub)
+    _accept_global_options_everywhere(parser)
     return parser
+
+
+def _add_global_options(parser: argparse.ArgumentParser, default: bool) -> None:
+    # below the top level the default is SUPPRESS, so an option left out there keeps the top level's value
+    parser.add_argument("--log-format", choices=["console", "json"],
+                        default="console" if default else argparse.SUPPRESS,
+                        help="format of operational logs on stderr (default: console)")
+    parser.add_argument("--log-level", choices=["debug", "info", "warning", "error"],
+                        default="info" if default else argparse.SUPPRESS, help="(default: info)")
+
+
+def _accept_global_options_everywhere(parser: argparse.ArgumentParser) -> None:
+    """Let the global options also follow a subcommand (``dialogsim run --log-format json ...``)."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for subparser in set(action.choices.values()):
+                _add_global_options(subparser, default=False)
+                _accept_global_options_everywhere(subparser)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -579,3 +579,16 @@ def test_import_refuses_an_unknown_slot_naming_file_dialogue_turn_and_element(tm
     assert_one_line_error(status, err, "dialogues_001.json", f"dialogue {data[1]['dialogue_id']}, turn 2",
                           "state.requested_slots: unknown slot 'colour'")
     assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("position", ["before", "after"])
+def test_log_format_is_accepted_before_or_after_the_subcommand(tmp_path, position):
+    """--log-format json works as a global option and after the subcommand, also a nested one."""
+    out = tmp_path / "run"
+    run = ["run", "--scenarios", "builtin", "--episodes", "2", "--out", str(out), "--no-progress"]
+    args = ["--log-format", "json", *run] if position == "before" else [run[0], "--log-format", "json", *run[1:]]
+    proc = dialogsim(*args, check=True)
+    assert json.loads(proc.stderr.strip().splitlines()[-1])["event"] == "run completed"
+    assert "projection written" in dialogsim("project", str(out), "--to", "sgd", "--rebuild", check=True).stderr
+    proc = dialogsim("project", "--log-level", "warning", str(out), "--to", "sgd", "--rebuild", check=True)
+    assert proc.stderr == ""
