@@ -592,3 +592,7 @@ def test_log_format_is_accepted_before_or_after_the_subcommand(tmp_path, positio
     assert "projection written" in dialogsim("project", str(out), "--to", "sgd", "--rebuild", check=True).stderr
     proc = dialogsim("project", "--log-level", "warning", str(out), "--to", "sgd", "--rebuild", check=True)
     assert proc.stderr == ""
+    small = SGD_FIXTURES.parent / "sgd_small"
+    proc = dialogsim("pack", "build", "--log-level", "warning", "--sgd", str(small), "--schemas",
+                     str(small / "schema.json"), "--out", str(tmp_path / "pack"), "--no-progress", check=True)
+    assert proc.stderr == ""
