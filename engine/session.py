@@ -114,7 +114,8 @@ def start_run(out: str | Path, config: RunConfig, *, progress: bool = True) -> R
     """Run a new batch into the empty (or absent) directory ``out``."""
     settings = validate(config)
     scenarios = registry.load_scenarios(config.scenarios or None)
-    config = msgspec.structs.replace(config, scenarios=absolute_scenarios(config.scenarios or registry.DEFAULT_SCENARIOS),
+    spec = absolute_scenarios(config.scenarios or registry.DEFAULT_SCENARIOS)
+    config = msgspec.structs.replace(config, scenarios=spec,
                                      user=config.user or scenarios.default_user,
                                      agent=config.agent or scenarios.default_agent)
     make_user = registry.user_factory(config.user, scenarios, config.user_options)
