@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Container, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Literal
@@ -314,11 +314,24 @@ def _as_run(run: RunDir | str | Path) -> RunDir:
     return run if isinstance(run, RunDir) else RunDir.open(run)
 
 
-def read_shard(shard: Path, *, skip_corrupt: bool = False, stats: dict[str, int] | None = None) -> Iterator[Event | OpaqueEvent]:
-    """Stream the events of one shard; a torn last line is skipped with a warning."""
+class ShardPosition:
+    """Where a ``read_shard`` is: the byte offset of the event it last yielded, and where it stopped."""
+
+    __slots__ = ("event", "end")
+
+    def __init__(self) -> None:
+        self.event = 0
+        self.end = 0  # once the read is done: the end of the last complete line (a torn tail is after it)
+
+
+def read_shard(shard: Path, *, skip_corrupt: bool = False, stats: dict[str, int] | None = None, start: int = 0,
+               position: ShardPosition | None = None) -> Iterator[Event | OpaqueEvent]:
+    """Stream the events of one shard from byte ``start`` (a line start); a torn last line is skipped with a warning."""
     lineno = 0
+    offset = start  # of the line being decoded
     try:
         f = open(shard, "rb")
+        f.seek(start)
     except OSError as exc:
         raise UserError(f"{shard}: cannot read event shard ({exc.strerror})") from None
     with f:
@@ -334,17 +347,25 @@ def read_shard(shard: Path, *, skip_corrupt: bool = False, stats: dict[str, int]
             rest = lines.pop()
             for line in lines:
                 lineno += 1
+                here, offset = offset, offset + len(line) + 1
                 if not line:
                     continue
                 try:
-                    yield decode(line)
+                    event = decode(line)
                 except CorruptEvent as exc:
+                    where = f"line {lineno}" if start == 0 else f"byte {here}"
                     if not skip_corrupt:
                         # the CLI adds advice that fits the command (only some can skip such lines)
-                        raise CorruptLog(f"{shard}: line {lineno}: corrupt event ({exc})") from None
+                        raise CorruptLog(f"{shard}: {where}: corrupt event ({exc})") from None
                     if stats is not None:
                         stats["corrupt"] = stats.get("corrupt", 0) + 1
-                    _log.warning("corrupt line skipped", shard=str(shard), line=lineno, error=str(exc))
+                    _log.warning("corrupt line skipped", shard=str(shard), at=where, error=str(exc))
+                    continue
+                if position is not None:
+                    position.event = here
+                yield event
+        if position is not None:
+            position.end = offset
         if rest.strip():
             if stats is not None:
                 stats["torn"] = stats.get("torn", 0) + 1
@@ -383,3 +404,47 @@ def read_episodes(run: RunDir | str | Path, *, episodes: set[str] | None = None,
             yield events
     if include_unfinished:
         yield from open_episodes.values()
+
+
+def read_episodes_from(run: RunDir, start: dict[str, int], resume: dict[str, int], *,
+                       done: Container[str] = frozenset(), skip_corrupt: bool = False,
+                       stats: dict[str, int] | None = None) -> Iterator[list[Event | OpaqueEvent]]:
+    """Like ``read_episodes``, reading each shard from byte ``start[shard name]`` on (0 for a shard not in it).
+
+    Events of the episodes in ``done`` (already processed) are passed over, so one that ended before
+    ``start`` but has events after it neither comes back incomplete nor holds ``resume`` back.
+
+    When exhausted, ``resume`` holds per shard the offset a later read can start from without losing an
+    episode: the end of what was read, or the first event of an episode that has not ended yet, whichever
+    comes first, so that episode is read whole next time. Episodes that ended are yielded as they end.
+    """
+    open_episodes: dict[str, list[Event | OpaqueEvent]] = {}
+    first_at: dict[str, dict[str, int]] = {}  # open episode -> shard name -> offset of its first event there
+    for shard in run.shards():
+        name = str(shard.relative_to(run.path))
+        begin = start.get(name, 0)
+        if type(begin) is not int or not 0 <= begin <= shard.stat().st_size:
+            begin = 0  # not an offset into this shard (a damaged checkpoint, or a shard replaced by a shorter one)
+        position = ShardPosition()
+        for event in read_shard(shard, skip_corrupt=skip_corrupt, stats=stats, start=begin, position=position):
+            ep = event.ep
+            if not ep:
+                continue
+            events = open_episodes.get(ep)
+            if events is None:
+                if ep in done:
+                    continue
+                events = open_episodes[ep] = []
+                first_at[ep] = {name: position.event}
+            elif name not in first_at[ep]:
+                first_at[ep][name] = position.event
+            events.append(event)
+            if isinstance(event, EpisodeEnded):
+                del open_episodes[ep], first_at[ep]
+                yield events
+        resume[name] = position.end
+        if stats is not None:
+            stats["bytes"] = stats.get("bytes", 0) + position.end - begin
+    for shards in first_at.values():
+        for name, offset in shards.items():
+            resume[name] = min(resume[name], offset)

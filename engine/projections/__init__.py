@@ -7,14 +7,16 @@ per-episode outputs in a checkpoint beside the files, and writes the files. Layo
 (default ``RUN_DIR/projections/<name>@v<k>/``)::
 
     <files the render produced>
-    .checkpoint/meta.json      projection, version, run id, fold options, shard sizes read, files written
+    .checkpoint/meta.json      projection, version, run id, fold options, shard sizes read, files written,
+                               and per shard the byte offset the next run reads on from
     .checkpoint/outputs.jsonl  one {"ep": ..., "out": ...} line per processed episode, in processing order
     .checkpoint/lock           held (flock) while a run writes, so a second concurrent run is refused
 
-A second run on a grown log folds only the episodes not in outputs.jsonl and re-renders from the stored
-outputs, so the merge never needs the old episodes' events again. Outputs are ordered by the order in
-which their episodes were first processed (the log order of episode ends), so files stay stable as a
-log grows. Changing the fold options (e.g. ``--sgdx``) or ``--rebuild`` starts the checkpoint afresh.
+A second run on a grown log reads each shard from the recorded offset (the end of what was read, or the
+first event of an episode that had not ended then), folds only the episodes not in outputs.jsonl and
+re-renders from the stored outputs, so neither the read nor the merge needs the old episodes' events
+again. Outputs are ordered by the order in which their episodes were first processed (the log order of
+episode ends), so files stay stable as a log grows. Changing the fold options (e.g. ``--sgdx``) or ``--rebuild`` starts the checkpoint afresh.
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ except ImportError:  # not POSIX: no lock, concurrent runs on one output dir are
     fcntl = None  # type: ignore[assignment]
 
 from ..errors import UserError
-from ..log import RunDir, read_episodes, repair_torn_tail
+from ..log import RunDir, read_episodes_from, repair_torn_tail
 from ..oplog import get_logger
 
 _log = get_logger("projections")
@@ -120,6 +122,7 @@ class ProjectionReport(msgspec.Struct, kw_only=True):
     files: list[str]
     rebuilt: bool
     corrupt: int = 0  # corrupt event lines skipped (with skip_corrupt)
+    bytes_read: int = 0  # of the event log
 
 
 def default_out_dir(run: RunDir, projection: Projection) -> Path:
@@ -203,10 +206,15 @@ def _run(run: RunDir, projection: Projection, out: Path, *, rebuild: bool, skip_
     # shard sizes before reading: when a later run sees the same sizes, the log has not grown
     meta["log"] = {str(p.relative_to(run.path)): p.stat().st_size for p in run.shards()}
     read_stats: dict[str, int] = {}
-    unchanged = (not fresh and old is not None and old.get("log") == meta["log"]
-                 and old.get("episodes") == len(done))
+    # the checkpoint matches the outputs when it counts as many episodes (a crash between writing outputs
+    # and meta leaves it behind): then the log is read on from where the last run could stop
+    consistent = not fresh and old is not None and old.get("episodes") == len(done)
+    unchanged = consistent and old.get("log") == meta["log"]
+    start = old.get("offsets") if consistent and isinstance(old.get("offsets"), dict) else {}
+    meta["offsets"] = dict(start) if unchanged else {}
     with open(outputs_path, "ab") as sink:
-        for events in () if unchanged else read_episodes(run, skip_corrupt=skip_corrupt, stats=read_stats):
+        for events in () if unchanged else read_episodes_from(run, start, meta["offsets"], done=done,
+                                                               skip_corrupt=skip_corrupt, stats=read_stats):
             ep = events[0].ep
             if ep in done:
                 continue
@@ -229,7 +237,8 @@ def _run(run: RunDir, projection: Projection, out: Path, *, rebuild: bool, skip_
     _log.info("projection written", projection=f"{projection.name}@v{projection.version}", out=str(out),
               episodes=before + new, new=new)
     return ProjectionReport(out_dir=str(out), episodes_total=before + new, episodes_new=new, files=files,
-                            rebuilt=fresh and old is not None, corrupt=read_stats.get("corrupt", 0))
+                            rebuilt=fresh and old is not None, corrupt=read_stats.get("corrupt", 0),
+                            bytes_read=read_stats.get("bytes", 0))
 
 
 def _meta_bytes(meta: dict[str, Any]) -> bytes:
