@@ -329,6 +329,7 @@ def read_shard(shard: Path, *, skip_corrupt: bool = False, stats: dict[str, int]
     """Stream the events of one shard from byte ``start`` (a line start); a torn last line is skipped with a warning."""
     lineno = 0
     offset = start  # of the line being decoded
+    track = position is not None or start > 0  # offsets cost time on every line: only counted when needed
     try:
         f = open(shard, "rb")
         f.seek(start)
@@ -347,13 +348,15 @@ def read_shard(shard: Path, *, skip_corrupt: bool = False, stats: dict[str, int]
             rest = lines.pop()
             for line in lines:
                 lineno += 1
-                here, offset = offset, offset + len(line) + 1
+                if track:
+                    here = offset
+                    offset += len(line) + 1
                 if not line:
                     continue
                 try:
                     event = decode(line)
                 except CorruptEvent as exc:
-                    where = f"line {lineno}" if start == 0 else f"byte {here}"
+                    where = f"byte {here}" if start else f"line {lineno}"  # line numbers need the start
                     if not skip_corrupt:
                         # the CLI adds advice that fits the command (only some can skip such lines)
                         raise CorruptLog(f"{shard}: {where}: corrupt event ({exc})") from None
