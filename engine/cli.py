@@ -9,6 +9,7 @@ import sys
 from .. import __version__
 from .commands import COMMANDS
 from .errors import UserError
+from .log import CorruptLog
 from .oplog import configure_logging
 
 
@@ -23,28 +24,65 @@ def build_parser() -> argparse.ArgumentParser:
     """The argument parser with every registered subcommand."""
     parser = _Parser(prog="dialogsim", description="Event-sourced dialogue simulation.")
     parser.add_argument("--version", action="version", version=f"dialogsim {__version__}")
-    parser.add_argument("--log-format", choices=["console", "json"], default="console",
-                        help="format of operational logs on stderr (default: console)")
-    parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    _add_global_options(parser, default=True)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name in COMMANDS:
         importlib.import_module(f".commands.{name}", __package__).register(sub)
+    _accept_global_options_everywhere(parser)
     return parser
+
+
+def _add_global_options(parser: argparse.ArgumentParser, default: bool) -> None:
+    # below the top level the default is SUPPRESS, so an option left out there keeps the top level's value
+    parser.add_argument("--log-format", choices=["console", "json"],
+                        default="console" if default else argparse.SUPPRESS,
+                        help="format of operational logs on stderr (default: console)")
+    parser.add_argument("--log-level", choices=["debug", "info", "warning", "error"],
+                        default="info" if default else argparse.SUPPRESS, help="(default: info)")
+
+
+def _accept_global_options_everywhere(parser: argparse.ArgumentParser) -> None:
+    """Let the global options also follow a subcommand (``dialogsim run --log-format json ...``)."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for subparser in set(action.choices.values()):
+                _add_global_options(subparser, default=False)
+                _accept_global_options_everywhere(subparser)
 
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point: parse, run the subcommand, turn a UserError into one line and exit status 2."""
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    configure_logging(args.log_format, args.log_level)
+    args = None
     try:
+        parser = build_parser()
+        args = parser.parse_args(argv)
+        configure_logging(args.log_format, args.log_level)
         return int(args.handler(args) or 0)
+    except KeyboardInterrupt:
+        # every command writes its outputs atomically or removes them on the way out, so stopping is safe
+        print("dialogsim: interrupted", file=sys.stderr)
+        return 130
     except UserError as exc:
-        print(f"dialogsim: error: {exc}", file=sys.stderr)
+        advice = _corrupt_advice(args) if isinstance(exc, CorruptLog) else ""
+        print(f"dialogsim: error: {exc}{advice}", file=sys.stderr)
         return 2
     except BrokenPipeError:  # `dialogsim events ... | head`
         sys.stderr.close()
         return 0
+    except OSError as exc:
+        # a file the user pointed at cannot be used (permissions, a directory where a file belongs, disk
+        # full): that is about their files, not a bug, so one line rather than a traceback
+        where = f"{exc.filename}: " if exc.filename else ""
+        print(f"dialogsim: error: {where}{exc.strerror or exc}", file=sys.stderr)
+        return 2
+
+
+def _corrupt_advice(args: argparse.Namespace | None) -> str:
+    """What the user can do about a corrupt event line, given the command that met it."""
+    if args is not None and hasattr(args, "skip_corrupt"):
+        return "; rerun with --skip-corrupt to skip such lines and count them"
+    command = getattr(args, "command", None) or "this command"
+    return f"; dialogsim {command} cannot skip corrupt lines (events, stats and project read on with --skip-corrupt)"
 
 
 if __name__ == "__main__":

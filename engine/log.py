@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Container, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Literal
@@ -82,6 +82,8 @@ class RunDir:
         }
         (path / "events").mkdir(parents=True, exist_ok=True)
         (path / "projections").mkdir(exist_ok=True)
+        for shard in manifest["shards"]:
+            (path / shard).touch()  # a listed shard always exists, so a missing one means lost events
         run = cls(path, manifest)
         run.save_manifest()
         return run
@@ -97,18 +99,47 @@ class RunDir:
             manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
         except FileNotFoundError:
             raise UserError(f"{manifest_path}: missing; {path} is not a dialogsim run directory") from None
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise UserError(f"{manifest_path}: unreadable ({exc})") from None
-        if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+        except OSError as exc:
+            raise UserError(f"{manifest_path}: cannot read ({exc.strerror})") from None
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise UserError(f"{manifest_path}: unreadable, not JSON ({exc})") from None
+        if not isinstance(manifest, dict):
+            raise UserError(f"{manifest_path}: not a dialogsim run manifest (not a JSON object)")
+        if manifest.get("format") != FORMAT:
             raise UserError(f"{manifest_path}: not a dialogsim run manifest (format is not {FORMAT!r})")
-        if manifest.get("format_version", 0) > FORMAT_VERSION:
-            raise UserError(f"{manifest_path}: run format v{manifest.get('format_version')} is newer than "
-                            f"this dialogsim reads (v{FORMAT_VERSION})")
+        version = manifest.get("format_version", FORMAT_VERSION)
+        if type(version) is not int or version < 1:
+            raise UserError(f"{manifest_path}: 'format_version' is {version!r}; expected a positive integer")
+        if version > FORMAT_VERSION:
+            raise UserError(f"{manifest_path}: run format v{version} is newer than this dialogsim reads "
+                            f"(v{FORMAT_VERSION})")
+        shards = manifest.get("shards", [])
+        if not isinstance(shards, list) or not all(
+                isinstance(s, str) and s and not Path(s).is_absolute() and ".." not in Path(s).parts
+                for s in shards):
+            raise UserError(f"{manifest_path}: 'shards' is {shards!r}; expected a list of file paths "
+                            "relative to the run directory")
         return cls(path, manifest)
 
     def shards(self) -> list[Path]:
-        """The event shard files listed in the manifest that exist on disk."""
-        return [p for p in (self.path / s for s in self.manifest.get("shards", [])) if p.exists()]
+        """The event shard files listed in the manifest; a listed shard that is missing or not a file is an error."""
+        out = []
+        for name in self.manifest.get("shards", []):
+            shard = self.path / name
+            if not shard.exists():
+                raise UserError(f"{shard}: event shard listed in {self.path / 'manifest.json'} is missing")
+            if not shard.is_file():
+                raise UserError(f"{shard}: event shard is not a regular file")
+            out.append(shard)
+        return out
+
+    def imported_by(self) -> str | None:
+        """The import command that made this run ("import sgd SRC"), or None for a simulated run."""
+        config = self.manifest.get("config")
+        command = config.get("command") if isinstance(config, dict) else None
+        if isinstance(command, str) and command.startswith("import"):
+            return f"{command} {config.get('source', '')}".strip()
+        return None
 
     def save_manifest(self) -> None:
         """Write manifest.json atomically (temp file, fsync, rename)."""
@@ -283,30 +314,61 @@ def _as_run(run: RunDir | str | Path) -> RunDir:
     return run if isinstance(run, RunDir) else RunDir.open(run)
 
 
-def read_shard(shard: Path, *, skip_corrupt: bool = False, stats: dict[str, int] | None = None) -> Iterator[Event | OpaqueEvent]:
-    """Stream the events of one shard; a torn last line is skipped with a warning."""
+class ShardPosition:
+    """Where a ``read_shard`` is: the byte offset of the event it last yielded, and where it stopped."""
+
+    __slots__ = ("event", "end")
+
+    def __init__(self) -> None:
+        self.event = 0
+        self.end = 0  # once the read is done: the end of the last complete line (a torn tail is after it)
+
+
+def read_shard(shard: Path, *, skip_corrupt: bool = False, stats: dict[str, int] | None = None, start: int = 0,
+               position: ShardPosition | None = None) -> Iterator[Event | OpaqueEvent]:
+    """Stream the events of one shard from byte ``start`` (a line start); a torn last line is skipped with a warning."""
     lineno = 0
-    with open(shard, "rb") as f:
+    offset = start  # of the line being decoded
+    track = position is not None or start > 0  # offsets cost time on every line: only counted when needed
+    try:
+        f = open(shard, "rb")
+        f.seek(start)
+    except OSError as exc:
+        raise UserError(f"{shard}: cannot read event shard ({exc.strerror})") from None
+    with f:
         rest = b""
         while True:
-            chunk = f.read(_READ_CHUNK)
+            try:
+                chunk = f.read(_READ_CHUNK)
+            except OSError as exc:
+                raise UserError(f"{shard}: cannot read event shard ({exc.strerror})") from None
             if not chunk:
                 break
             lines = (rest + chunk).split(b"\n")
             rest = lines.pop()
             for line in lines:
                 lineno += 1
+                if track:
+                    here = offset
+                    offset += len(line) + 1
                 if not line:
                     continue
                 try:
-                    yield decode(line)
+                    event = decode(line)
                 except CorruptEvent as exc:
+                    where = f"byte {here}" if start else f"line {lineno}"  # line numbers need the start
                     if not skip_corrupt:
-                        raise CorruptLog(f"{shard}: line {lineno}: corrupt event ({exc}); "
-                                         "use --skip-corrupt to skip such lines") from None
+                        # the CLI adds advice that fits the command (only some can skip such lines)
+                        raise CorruptLog(f"{shard}: {where}: corrupt event ({exc})") from None
                     if stats is not None:
                         stats["corrupt"] = stats.get("corrupt", 0) + 1
-                    _log.warning("corrupt line skipped", shard=str(shard), line=lineno, error=str(exc))
+                    _log.warning("corrupt line skipped", shard=str(shard), at=where, error=str(exc))
+                    continue
+                if position is not None:
+                    position.event = here
+                yield event
+        if position is not None:
+            position.end = offset
         if rest.strip():
             if stats is not None:
                 stats["torn"] = stats.get("torn", 0) + 1
@@ -345,3 +407,47 @@ def read_episodes(run: RunDir | str | Path, *, episodes: set[str] | None = None,
             yield events
     if include_unfinished:
         yield from open_episodes.values()
+
+
+def read_episodes_from(run: RunDir, start: dict[str, int], resume: dict[str, int], *,
+                       done: Container[str] = frozenset(), skip_corrupt: bool = False,
+                       stats: dict[str, int] | None = None) -> Iterator[list[Event | OpaqueEvent]]:
+    """Like ``read_episodes``, reading each shard from byte ``start[shard name]`` on (0 for a shard not in it).
+
+    Events of the episodes in ``done`` (already processed) are passed over, so one that ended before
+    ``start`` but has events after it neither comes back incomplete nor holds ``resume`` back.
+
+    When exhausted, ``resume`` holds per shard the offset a later read can start from without losing an
+    episode: the end of what was read, or the first event of an episode that has not ended yet, whichever
+    comes first, so that episode is read whole next time. Episodes that ended are yielded as they end.
+    """
+    open_episodes: dict[str, list[Event | OpaqueEvent]] = {}
+    first_at: dict[str, dict[str, int]] = {}  # open episode -> shard name -> offset of its first event there
+    for shard in run.shards():
+        name = str(shard.relative_to(run.path))
+        begin = start.get(name, 0)
+        if type(begin) is not int or not 0 <= begin <= shard.stat().st_size:
+            begin = 0  # not an offset into this shard (a damaged checkpoint, or a shard replaced by a shorter one)
+        position = ShardPosition()
+        for event in read_shard(shard, skip_corrupt=skip_corrupt, stats=stats, start=begin, position=position):
+            ep = event.ep
+            if not ep:
+                continue
+            events = open_episodes.get(ep)
+            if events is None:
+                if ep in done:
+                    continue
+                events = open_episodes[ep] = []
+                first_at[ep] = {name: position.event}
+            elif name not in first_at[ep]:
+                first_at[ep][name] = position.event
+            events.append(event)
+            if isinstance(event, EpisodeEnded):
+                del open_episodes[ep], first_at[ep]
+                yield events
+        resume[name] = position.end
+        if stats is not None:
+            stats["bytes"] = stats.get("bytes", 0) + position.end - begin
+    for shards in first_at.values():
+        for name, offset in shards.items():
+            resume[name] = min(resume[name], offset)

@@ -230,7 +230,7 @@ class Batch:
             history: list[Event] = []
             think, latency_model = settings.think.sample, settings.latency.sample
             user_respond, agent_respond = user.respond, agent.respond
-            replay_agent = not agent.deterministic
+            replay_agent = not getattr(agent, "deterministic", True)  # the protocol default
             run_id, ep, sink_append, tape_len = rec.run, rec.ep, self.sink.append, len(rec.tape)
             reply: UserReply | None = yield from self._user_step(rec, user, _attempt(user_respond, None))
             # The hot path: seq and t live in locals and go back to rec (the slow paths' state) around
@@ -338,7 +338,8 @@ class Batch:
         for _ in range(self.settings.max_tool_rounds + 1):
             try:
                 if first is _MISSING:
-                    answer = rec.taped_agent_step() if rec.seq < len(rec.tape) and not agent.deterministic else None
+                    replay = rec.seq < len(rec.tape) and not getattr(agent, "deterministic", True)
+                    answer = rec.taped_agent_step() if replay else None
                     if answer is None:
                         answer = agent.respond(obs)
                 else:

@@ -94,6 +94,17 @@ def _refuse_secrets(config: RunConfig) -> None:
                             f"would be written to the run directory; pass it with --api-key-env VAR instead")
 
 
+def absolute_scenarios(spec: str) -> str:
+    """A scenario spec whose pack directory is made absolute, so that --resume works from any directory."""
+    if spec and spec not in registry.known("scenarios"):
+        if Path(spec).exists():
+            return str(Path(spec).resolve())
+        name, arg = registry.parse_spec(spec)
+        if arg and name in registry.known("scenarios") and Path(arg).exists():
+            return f"{name}:{Path(arg).resolve()}"
+    return spec
+
+
 def run_id_for(config: RunConfig) -> str:
     """A run id that depends only on the config, so the same seed gives the same events."""
     return f"run-{stable_hash(json.dumps(msgspec.to_builtins(config), sort_keys=True)):016x}"
@@ -103,7 +114,8 @@ def start_run(out: str | Path, config: RunConfig, *, progress: bool = True) -> R
     """Run a new batch into the empty (or absent) directory ``out``."""
     settings = validate(config)
     scenarios = registry.load_scenarios(config.scenarios or None)
-    config = msgspec.structs.replace(config, scenarios=config.scenarios or registry.DEFAULT_SCENARIOS,
+    spec = absolute_scenarios(config.scenarios or registry.DEFAULT_SCENARIOS)
+    config = msgspec.structs.replace(config, scenarios=spec,
                                      user=config.user or scenarios.default_user,
                                      agent=config.agent or scenarios.default_agent)
     make_user = registry.user_factory(config.user, scenarios, config.user_options)
@@ -116,6 +128,10 @@ def start_run(out: str | Path, config: RunConfig, *, progress: bool = True) -> R
 def resume_run(out: str | Path, *, progress: bool = True) -> RunResult:
     """Finish a run: skip ended episodes, continue unfinished ones from their logged prefix, run the rest."""
     run = RunDir.open(out)
+    imported = run.imported_by()
+    if imported:
+        raise UserError(f"{run.path}: an imported corpus, not a simulated run, so there is nothing to resume; "
+                        f"to redo it, import again into a new directory: dialogsim {imported} --out NEW_DIR")
     try:
         config = msgspec.convert(run.manifest.get("config"), RunConfig)
     except msgspec.ValidationError as exc:

@@ -112,22 +112,29 @@ def read_dialogue_file(path: Path) -> list[SgdDialogue]:
 
 
 def read_dialogue_file_lenient(path: Path) -> tuple[list[SgdDialogue], list[str]]:
-    """The valid dialogues of one file and one error line per dialogue that is not SGD."""
+    """The valid dialogues of one file and one error line per dialogue that is not SGD.
+
+    A file that is not a JSON list at all is a UserError, as in ``read_dialogue_file``.
+    """
     try:
         return read_dialogue_file(path), []
     except UserError:
         pass
     try:
         items = _raw_list_decoder.decode(path.read_bytes())
-    except (OSError, msgspec.MsgspecError):
-        return [], [f"{path}: not an SGD dialogue file (not a JSON list)"]
+    except msgspec.ValidationError:
+        raise UserError(f"{path}: not an SGD dialogue file (the top level is not a JSON list)") from None
+    except msgspec.DecodeError as exc:
+        raise UserError(f"{path}: not JSON ({exc})") from None
+    except OSError as exc:
+        raise UserError(f"{path}: cannot read ({exc.strerror})") from None
     good: list[SgdDialogue] = []
     errors: list[str] = []
     for index, item in enumerate(items):
         try:
             good.append(msgspec.convert(item, SgdDialogue))
         except msgspec.ValidationError as exc:
-            errors.append(_describe(path, index, item, exc))
+            errors.append(describe_invalid(path, index, item, exc))
     return good, errors
 
 
@@ -140,11 +147,12 @@ def _locate_error(path: Path, raw: bytes) -> str:
         try:
             msgspec.convert(item, SgdDialogue)
         except msgspec.ValidationError as exc:
-            return _describe(path, index, item, exc)
+            return describe_invalid(path, index, item, exc)
     return f"{path}: not an SGD dialogue file"
 
 
-def _describe(path: Path, index: int, item: Any, exc: msgspec.ValidationError) -> str:
+def describe_invalid(path: Path, index: int, item: Any, exc: msgspec.ValidationError) -> str:
+    """One line naming the file, the dialogue (id or position), the turn and msgspec's account of what is wrong."""
     dialogue_id = item.get("dialogue_id", f"#{index}") if isinstance(item, dict) else f"#{index}"
     message = str(exc)
     where = ""
@@ -180,10 +188,53 @@ def validate_dialogue(dialogue: SgdDialogue, known_services: set[str] | dict[str
                 if not 0 <= span.start <= span.exclusive_end <= size:
                     return (f"{where}: span of slot {span.slot!r} [{span.start}:{span.exclusive_end}] is out of "
                             f"range (utterance has {size} characters)")
+            if isinstance(known_services, dict):
+                problem = _unknown_name(frame, known_services[service])
+                if problem is not None:
+                    return f"{where}: frame for {service}: {problem} (not in the schema)"
     if known_services is not None:
         for service in dialogue.services:
             if service not in known_services:
                 return f"dialogue {dialogue.dialogue_id}: unknown service {service!r} (not in the schema)"
+    return None
+
+
+# action slots that are not schema slots: "" (GOODBYE, SELECT, ...), "intent" (INFORM_INTENT, OFFER_INTENT,
+# whose values are intent names) and "count" (INFORM_COUNT)
+_ACTION_SLOTS = ("", "intent", "count")
+
+
+def _unknown_name(frame: SgdFrame, schema: dict[str, Any]) -> str | None:
+    """The first slot or intent name in a frame that its service's schema does not define, described."""
+    slots = {slot["name"] for slot in schema.get("slots", ())}
+    intents = {intent["name"] for intent in schema.get("intents", ())}
+    for index, act in enumerate(frame.actions):
+        if act.slot not in slots and act.slot not in _ACTION_SLOTS:
+            return f"actions[{index}] ({act.act}): unknown slot {act.slot!r}"
+        if act.slot == "intent":
+            for value in act.values:
+                if value not in intents:
+                    return f"actions[{index}] ({act.act}): unknown intent {value!r}"
+    for span in frame.slots:
+        if span.slot not in slots:
+            return f"slots: span of unknown slot {span.slot!r}"
+    state = frame.state
+    if state is not UNSET:
+        if state.active_intent != "NONE" and state.active_intent not in intents:
+            return f"state.active_intent: unknown intent {state.active_intent!r}"
+        for name in state.requested_slots:
+            if name not in slots:
+                return f"state.requested_slots: unknown slot {name!r}"
+        for name in state.slot_values:
+            if name not in slots:
+                return f"state.slot_values: unknown slot {name!r}"
+    call = frame.service_call
+    if call is not UNSET:
+        if call.method not in intents:
+            return f"service_call.method: unknown intent {call.method!r}"
+        for name in call.parameters:
+            if name not in slots:
+                return f"service_call.parameters: unknown slot {name!r}"
     return None
 
 

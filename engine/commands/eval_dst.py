@@ -9,9 +9,10 @@ JSON exactly as the official evaluate.py writes its output file.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import msgspec
 
@@ -57,34 +58,83 @@ def _load(path: Path) -> Any:
         raise UserError(f"{path}: not JSON ({exc})") from None
 
 
-def read_split(files: list[Path]) -> dict[str, dict[str, Any]]:
-    """Dialogue id -> dialogue over some SGD files (a list of dialogues or a dict of them per file)."""
+class _Span(msgspec.Struct):
+    slot: str
+    start: int
+    exclusive_end: int
+
+
+class _State(msgspec.Struct):
+    active_intent: str
+    requested_slots: list[str]
+    slot_values: dict[str, list[str]]
+
+
+class _Frame(msgspec.Struct):
+    service: str
+    state: _State | None = None
+    slots: list[_Span] = []
+
+
+class _Turn(msgspec.Struct):
+    speaker: Literal["USER", "SYSTEM"]
+    utterance: str
+    frames: list[_Frame]
+
+
+class _Dialogue(msgspec.Struct):
+    """What the evaluation reads of a dialogue, reference or prediction (other keys are ignored)."""
+
+    dialogue_id: str
+    turns: list[_Turn]
+    services: list[str] = []
+
+
+def read_split(files: list[Path], sources: dict[str, Path] | None = None) -> dict[str, dict[str, Any]]:
+    """Dialogue id -> dialogue over some SGD files (a list of dialogues or a dict of them per file).
+
+    Every dialogue is checked for the keys and types the evaluation reads, so a malformed one is one
+    error naming the file, dialogue and turn; ``sources`` (when given) gets each dialogue's file.
+    """
+    from ...scenarios.sgd_corpus import describe_invalid
     out: dict[str, dict[str, Any]] = {}
+    origin: dict[str, Path] = {} if sources is None else sources
     for path in files:
         data = _load(path)
-        items = data.values() if isinstance(data, dict) else data
-        if not isinstance(items, (list, type({}.values()))):
-            raise UserError(f"{path}: not an SGD dialogue file")
-        for d in items:
-            if not isinstance(d, dict) or not isinstance(d.get("dialogue_id"), str) or "turns" not in d:
-                raise UserError(f"{path}: an entry has no 'dialogue_id' or 'turns'; not SGD dialogues")
-            out[d["dialogue_id"]] = d
+        items = list(data.values()) if isinstance(data, dict) else data
+        if not isinstance(items, list):
+            raise UserError(f"{path}: not an SGD dialogue file (expected a list of dialogues)")
+        for index, d in enumerate(items):
+            try:
+                msgspec.convert(d, _Dialogue)
+            except msgspec.ValidationError as exc:
+                raise UserError(describe_invalid(path, index, d, exc)) from None
+            dialogue_id = d["dialogue_id"]
+            if dialogue_id in out:
+                raise UserError(f"{path}: dialogue {dialogue_id} also appears in {origin[dialogue_id]}")
+            out[dialogue_id] = d
+            origin[dialogue_id] = path
     return out
 
 
 def evaluate(ref: dict[str, dict[str, Any]], hyp: dict[str, dict[str, Any]], schemas: dict[str, Any],
              seen: set[str] | None, *, fuzzy: bool = True, joint_across_turn: bool = False,
-             per_frame: list[dict[str, Any]] | None = None) -> tuple[dict[str, dict[str, float]], int]:
-    """Aggregated metrics of ``hyp`` against ``ref`` as the official evaluation computes them, and the frame count."""
+             per_frame: list[dict[str, Any]] | None = None,
+             sources: dict[str, Path] | None = None) -> tuple[dict[str, dict[str, float]], int]:
+    """Aggregated metrics of ``hyp`` against ``ref`` as the official evaluation computes them, and the frame count.
+
+    ``sources`` maps prediction dialogue ids to their files, to name the file in errors.
+    """
     agg = Aggregator(seen, joint_across_turn)
     for dialogue_id, d_hyp in hyp.items():
+        source = f"{sources[dialogue_id]}: " if sources and dialogue_id in sources else ""
         d_ref = ref.get(dialogue_id)
         if d_ref is None:
-            raise UserError(f"prediction dialogue {dialogue_id} is not in the reference")
+            raise UserError(f"{source}prediction dialogue {dialogue_id} is not in the reference")
         if set(d_ref.get("services", [])) != set(d_hyp.get("services", [])):
-            raise UserError(f"dialogue {dialogue_id}: services differ between reference and prediction")
+            raise UserError(f"{source}dialogue {dialogue_id}: services differ between reference and prediction")
         for index, (t_ref, t_hyp) in enumerate(zip(d_ref["turns"], d_hyp["turns"])):
-            where = f"dialogue {dialogue_id}, turn {index}"
+            where = f"{source}dialogue {dialogue_id}, turn {index}"
             if t_ref.get("speaker") != t_hyp.get("speaker"):
                 raise UserError(f"{where}: speakers differ")
             if t_ref.get("speaker") != "USER":
@@ -112,6 +162,20 @@ def evaluate(ref: dict[str, dict[str, Any]], hyp: dict[str, dict[str, Any]], sch
     return agg.result(), agg.frames
 
 
+def _write_all(outputs: list[tuple[Path, bytes]]) -> None:
+    """Write every file under a temporary name, then rename them all: an error or Ctrl-C leaves none half-written."""
+    tmps = [path.with_name(f".{path.name}.tmp") for path, _ in outputs]
+    try:
+        for tmp, (_, data) in zip(tmps, outputs):
+            tmp.write_bytes(data)
+    except BaseException:
+        for tmp in tmps:
+            tmp.unlink(missing_ok=True)
+        raise
+    for tmp, (path, _) in zip(tmps, outputs):
+        os.replace(tmp, path)
+
+
 def handle(args: argparse.Namespace) -> int:
     from ...scenarios.sgd.schema import load_schemas
     from ...scenarios.sgd_corpus import dialogue_files
@@ -126,14 +190,22 @@ def handle(args: argparse.Namespace) -> int:
     ref = read_split(dialogue_files(ref_dir))
     if not ref:
         raise UserError(f"{ref_dir}: no dialogues_*.json files")
-    hyp = read_split(sorted(p for p in pred_dir.glob("*.json") if p.name not in _SKIP))
+    pred_files = sorted(p for p in pred_dir.glob("*.json") if p.name not in _SKIP)
+    if not pred_files:
+        raise UserError(f"{pred_dir}: no prediction files (*.json other than {' and '.join(sorted(_SKIP))})")
+    sources: dict[str, Path] = {}
+    hyp = read_split(pred_files, sources)
+    if not hyp:
+        raise UserError(f"{pred_dir}: the prediction files hold no dialogues")
     per_frame: list[dict[str, Any]] | None = [] if args.per_frame else None
     result, frames = evaluate(ref, hyp, schemas, seen_services(args.train_schema), fuzzy=not args.no_fuzzy_match,
-                              joint_across_turn=args.joint_acc_across_turn, per_frame=per_frame)
+                              joint_across_turn=args.joint_acc_across_turn, per_frame=per_frame, sources=sources)
+    outputs: list[tuple[Path, bytes]] = []
     if args.out:
-        Path(args.out).write_bytes(metrics_json(result))
+        outputs.append((Path(args.out), metrics_json(result)))
     if per_frame is not None:
-        Path(args.per_frame).write_bytes(b"".join(msgspec.json.encode(row) + b"\n" for row in per_frame))
+        outputs.append((Path(args.per_frame), b"".join(msgspec.json.encode(row) + b"\n" for row in per_frame)))
+    _write_all(outputs)
     sys.stdout.write(metrics_table(result, frames))
     print(f"{len(hyp)} predicted dialogues of {len(ref)} in the reference")
     return 0

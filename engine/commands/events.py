@@ -7,8 +7,9 @@ import sys
 from typing import Any
 
 from ..codec import encode, to_builtins
-from ..events import AgentTurn, OpaqueEvent, UserTurn, event_type
-from ..log import read_events
+from ..errors import UserError
+from ..events import EVENT_TYPES, AgentTurn, OpaqueEvent, UserTurn, event_type
+from ..log import RunDir, read_events
 
 
 def register(sub: Any) -> None:
@@ -22,16 +23,27 @@ def register(sub: Any) -> None:
 
 
 def handle(args: argparse.Namespace) -> int:
+    run = RunDir.open(args.run_dir)
+    for name in args.types or ():
+        if name not in EVENT_TYPES:
+            raise UserError(f"--type {name}: unknown event type; known: {', '.join(sorted(EVENT_TYPES))}")
+    wanted = set(args.episode) if args.episode else None
+    types = set(args.types) if args.types else None
+    seen: set[str] = set()  # episodes met, before the type filter, to tell an unknown --episode
     stats: dict[str, int] = {}
     out = sys.stdout
-    for event in read_events(args.run_dir, episodes=set(args.episode) if args.episode else None,
-                             types=set(args.types) if args.types else None, skip_corrupt=args.skip_corrupt,
-                             stats=stats):
+    for event in read_events(run, episodes=wanted, skip_corrupt=args.skip_corrupt, stats=stats):
+        seen.add(event.ep)
+        if types is not None and event_type(event) not in types:
+            continue
         out.write((encode(event).decode() if not isinstance(event, OpaqueEvent) else
                    _json(to_builtins(event))) if args.json else describe(event))
         out.write("\n")
     if stats.get("corrupt"):
         print(f"skipped {stats['corrupt']} corrupt line(s)", file=sys.stderr)
+    if wanted is not None and wanted - seen:
+        missing = sorted(wanted - seen)
+        raise UserError(f"--episode {', '.join(missing)}: no such episode in {run.path}")
     return 0
 
 

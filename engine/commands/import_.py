@@ -58,7 +58,8 @@ class ImportStats:
         self.files = 0
         self.dialogues = 0
         self.turns = 0
-        self.skipped: list[str] = []
+        self.skipped: list[tuple[Path, str]] = []  # (file, problem) per skipped dialogue
+        self.skipped_files: list[str] = []  # problems of files skipped whole (not a list of dialogues)
 
 
 def sgd_events(src: Path, schemas: dict[str, Any], run_id: str, *, skip_invalid: bool, sgdx: Any,
@@ -77,8 +78,12 @@ def sgd_events(src: Path, schemas: dict[str, Any], run_id: str, *, skip_invalid:
         out_schemas = schemas
     for path in files:
         if skip_invalid:
-            dialogues, errors = read_dialogue_file_lenient(path)
-            stats.skipped.extend(errors)
+            try:
+                dialogues, errors = read_dialogue_file_lenient(path)
+            except UserError as exc:
+                stats.skipped_files.append(str(exc))
+                continue
+            stats.skipped.extend((path, error.removeprefix(f"{path}: ")) for error in errors)
         else:
             dialogues = read_dialogue_file(path)
         stats.files += 1
@@ -89,7 +94,7 @@ def sgd_events(src: Path, schemas: dict[str, Any], run_id: str, *, skip_invalid:
             if problem is not None:
                 if not skip_invalid:
                     raise UserError(f"{path}: {problem}")
-                stats.skipped.append(f"{path}: {problem}")
+                stats.skipped.append((path, problem))
                 continue
             seen.add(dialogue.dialogue_id)
             if sgdx is not None:
@@ -115,7 +120,7 @@ def import_sgd(src: str | Path, out: str | Path, *, schema: str | Path | None = 
     run_id = run_id or f"sgd-{src.resolve().name}"
     existed = out.exists()
     stats = ImportStats()
-    config = {"command": "import sgd", "source": str(src), "schema": str(schema_path),
+    config = {"command": "import sgd", "source": str(src.resolve()), "schema": str(schema_path.resolve()),
               "sgdx": getattr(sgdx, "variant", None)}
     gc_was_enabled = gc.isenabled()
     gc.disable()  # millions of acyclic objects: cycle collection only costs time here
@@ -139,10 +144,20 @@ def handle(args: argparse.Namespace) -> int:
     stats = import_sgd(args.src_dir, args.out, schema=args.schema, skip_invalid=args.skip_invalid,
                        sgdx=sgdx_from_args(args), run_id=args.run_id)
     print(f"imported {stats.dialogues} dialogues ({stats.turns} turns) from {stats.files} files into {args.out}")
-    if stats.skipped:
-        print(f"skipped {len(stats.skipped)} invalid dialogue(s):", file=sys.stderr)
-        for line in stats.skipped[:20]:
-            print(f"  {line}", file=sys.stderr)
-        if len(stats.skipped) > 20:
-            print(f"  ... and {len(stats.skipped) - 20} more", file=sys.stderr)
+    report_skipped(stats)
     return 0
+
+
+def report_skipped(stats: ImportStats) -> None:
+    """On stderr: how many dialogues were skipped, in which files, and the first problem of each file."""
+    per_file: dict[Path, list[str]] = {}
+    for path, problem in stats.skipped:
+        per_file.setdefault(path, []).append(problem)
+    if per_file:
+        print(f"skipped {len(stats.skipped)} invalid dialogue(s) in {len(per_file)} file(s):", file=sys.stderr)
+        for path, problems in per_file.items():
+            print(f"  {path}: {len(problems)} skipped; first: {problems[0]}", file=sys.stderr)
+    if stats.skipped_files:
+        print(f"skipped {len(stats.skipped_files)} unreadable file(s):", file=sys.stderr)
+        for problem in stats.skipped_files:
+            print(f"  {problem}", file=sys.stderr)

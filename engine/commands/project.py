@@ -41,6 +41,11 @@ def handle(args: argparse.Namespace) -> int:
                                "seen": seen_services(args.train_schema) if args.train_schema else None}
     projection = get_projection(args.to, options)
     run = RunDir.open(args.run_dir)
+    imported = run.imported_by()
+    if imported and run.manifest.get("status") != "completed":
+        # an import writes its events in one go: one that did not complete holds an arbitrary prefix
+        raise UserError(f"{run.path}: the import did not finish (status {run.manifest.get('status')!r}); "
+                        f"import again into a new directory: dialogsim {imported} --out NEW_DIR")
     bar = None if args.no_progress else tqdm(desc=f"{projection.name}@v{projection.version}", unit=" episodes",
                                              file=sys.stderr, leave=False, disable=None)
     try:
@@ -51,6 +56,8 @@ def handle(args: argparse.Namespace) -> int:
             bar.close()
     print(f"{projection.name}@v{projection.version}: {report.episodes_total} episodes "
           f"({report.episodes_new} new) -> {report.out_dir} ({len(report.files)} files)")
+    if report.corrupt:
+        print(f"skipped {report.corrupt} corrupt line(s)", file=sys.stderr)
     summary = getattr(projection, "summary", None)
     if callable(summary):
         text = summary()

@@ -6,7 +6,18 @@ import argparse
 from typing import Any
 
 from ..errors import UserError
-from ..session import RunConfig, resume_run, start_run
+from ..log import RunDir
+from ..session import RunConfig, absolute_scenarios, resume_run, start_run
+
+# Defaults of a new run. The parser's defaults are None so that --resume can tell an option given from
+# one left out: a given option must match what the run recorded.
+_DEFAULTS: dict[str, Any] = {"scenarios": "", "user": "", "agent": "", "episodes": 100, "seed": 0,
+                             "concurrency": 32, "max_turns": 50, "think": "uniform:1,4",
+                             "latency": "uniform:0.2,0.8", "arrivals": "all", "durability": "episode"}
+# agent options set by their own flags, to name the flag in an error
+_AGENT_FLAGS = {"model": "--agent-model", "concurrency": "--agent-concurrency", "total_timeout": "--agent-timeout",
+                "retries": "--agent-retries", "api_key_env": "--api-key-env", "price_in_per_1k": "--price",
+                "price_out_per_1k": "--price"}
 
 
 def _options(pairs: list[str], flag: str) -> dict[str, Any]:
@@ -38,14 +49,14 @@ def register(sub: Any) -> None:
     p.add_argument("--scenarios", help="scenario set name (sgd, builtin) or a pack directory (default: sgd)")
     p.add_argument("--user", help="user simulator spec (default: the scenario set's)")
     p.add_argument("--agent", help="agent spec, e.g. schema, http:URL, openai:URL (default: the scenario set's)")
-    p.add_argument("--episodes", type=int, default=100, help="number of episodes (default 100)")
-    p.add_argument("--seed", type=_seed, default=0, help="master seed (default 0)")
-    p.add_argument("--concurrency", type=int, default=32, help="episodes in flight at once (default 32)")
-    p.add_argument("--max-turns", type=int, default=50, help="turn limit per episode, counting both sides")
-    p.add_argument("--think", default="uniform:1,4", help="user think time model in virtual seconds")
-    p.add_argument("--latency", default="uniform:0.2,0.8", help="agent latency model in virtual seconds")
-    p.add_argument("--arrivals", default="all", help="'all' or 'poisson:RATE' (episodes per virtual second)")
-    p.add_argument("--durability", default="episode", choices=["none", "batch", "episode"],
+    p.add_argument("--episodes", type=int, help="number of episodes (default 100)")
+    p.add_argument("--seed", type=_seed, help="master seed (default 0)")
+    p.add_argument("--concurrency", type=int, help="episodes in flight at once (default 32)")
+    p.add_argument("--max-turns", type=int, help="turn limit per episode, counting both sides (default 50)")
+    p.add_argument("--think", help="user think time model in virtual seconds (default uniform:1,4)")
+    p.add_argument("--latency", help="agent latency model in virtual seconds (default uniform:0.2,0.8)")
+    p.add_argument("--arrivals", help="'all' (default) or 'poisson:RATE' (episodes per virtual second)")
+    p.add_argument("--durability", choices=["none", "batch", "episode"],
                    help="when events are fsynced (default: at every episode end)")
     p.add_argument("--user-opt", action="append", default=[], metavar="KEY=VALUE", help="user option")
     p.add_argument("--agent-opt", action="append", default=[], metavar="KEY=VALUE", help="agent option")
@@ -59,32 +70,65 @@ def register(sub: Any) -> None:
     p.set_defaults(handler=handle)
 
 
+def _given(args: argparse.Namespace) -> dict[str, Any]:
+    """The config fields the command line sets, by RunConfig field name."""
+    given = {key: getattr(args, key) for key in _DEFAULTS if getattr(args, key) is not None}
+    agent_options = _options(args.agent_opt, "--agent-opt")
+    for key, value in (("model", args.agent_model), ("concurrency", args.agent_concurrency),
+                       ("total_timeout", args.agent_timeout), ("retries", args.agent_retries),
+                       ("api_key_env", args.api_key_env)):
+        if value is not None:
+            agent_options[key] = value
+    if args.price:
+        try:
+            price_in, price_out = (float(x) for x in args.price.split(","))
+        except ValueError:
+            raise UserError(f"--price {args.price!r}: expected IN,OUT prices per 1K tokens") from None
+        agent_options.update(price_in_per_1k=price_in, price_out_per_1k=price_out)
+    if agent_options:
+        given["agent_options"] = agent_options
+    if args.user_opt:
+        given["user_options"] = _options(args.user_opt, "--user-opt")
+    return given
+
+
+def _check_same_as_recorded(run_dir: str, given: dict[str, Any]) -> None:
+    """Refuse an option that differs from the resumed run's recorded config: resuming never changes a run."""
+    run = RunDir.open(run_dir)
+    recorded = run.manifest.get("config")
+    if not isinstance(recorded, dict):
+        return  # resume_run reports the bad config
+    if "scenarios" in given:
+        given = {**given, "scenarios": absolute_scenarios(given["scenarios"])}
+    differences = []
+    for key, value in given.items():
+        if key in ("agent_options", "user_options"):
+            options = recorded.get(key) if isinstance(recorded.get(key), dict) else {}
+            for name, option in value.items():
+                if options.get(name) != option:
+                    flag = _AGENT_FLAGS.get(name, f"--agent-opt {name}") if key == "agent_options" else \
+                        f"--user-opt {name}"
+                    differences.append((flag, option, options.get(name)))
+        elif recorded.get(key) != value:
+            differences.append(("--" + key.replace("_", "-"), value, recorded.get(key)))
+    if differences:
+        flag, value, was = differences[0]
+        was = "not set" if was is None else repr(was)
+        raise UserError(f"{flag} {value!r} differs from the value {run.path} was started with ({was}); "
+                        f"--resume finishes a run as recorded: drop the option, or start a new run with --out")
+
+
 def handle(args: argparse.Namespace) -> int:
+    given = _given(args)
     if args.resume:
         if args.out:
             raise UserError("give either --out (a new run) or --resume RUN_DIR, not both")
+        _check_same_as_recorded(args.resume, given)
         result = resume_run(args.resume, progress=not args.no_progress)
     else:
         if not args.out:
             raise UserError("--out RUN_DIR is required (or --resume RUN_DIR)")
-        agent_options = _options(args.agent_opt, "--agent-opt")
-        for key, value in (("model", args.agent_model), ("concurrency", args.agent_concurrency),
-                           ("total_timeout", args.agent_timeout), ("retries", args.agent_retries),
-                           ("api_key_env", args.api_key_env)):
-            if value is not None:
-                agent_options[key] = value
-        if args.price:
-            try:
-                price_in, price_out = (float(x) for x in args.price.split(","))
-            except ValueError:
-                raise UserError(f"--price {args.price!r}: expected IN,OUT prices per 1K tokens") from None
-            agent_options.update(price_in_per_1k=price_in, price_out_per_1k=price_out)
-        config = RunConfig(scenarios=args.scenarios or "", user=args.user or "", agent=args.agent or "",
-                           episodes=args.episodes, seed=args.seed, concurrency=args.concurrency,
-                           max_turns=args.max_turns, think=args.think, latency=args.latency,
-                           arrivals=args.arrivals, durability=args.durability,
-                           user_options=_options(args.user_opt, "--user-opt"), agent_options=agent_options)
-        result = start_run(args.out, config, progress=not args.no_progress)
+        result = start_run(args.out, RunConfig(**{**_DEFAULTS, **given}), progress=not args.no_progress)
     if result.status == "interrupted":
         print(f"interrupted: {result.run_dir} (finish it with: dialogsim run --resume {result.run_dir})")
         return 130

@@ -19,13 +19,17 @@ def register(sub: Any) -> None:
                    help="an SGD split directory (dialogues_*.json); only dialogues whose services all occur "
                         "in the run are compared")
     p.add_argument("--json", action="store_true", help="print the figures as one JSON object")
-    p.add_argument("--skip-corrupt", action="store_true", help="skip corrupt log lines")
+    p.add_argument("--skip-corrupt", action="store_true", help="skip corrupt log lines and count them")
     p.set_defaults(handler=handle)
 
 
 def handle(args: argparse.Namespace) -> int:
     run = RunDir.open(args.run_dir)
-    ours = summarize(from_episode(events) for events in read_episodes(run, skip_corrupt=args.skip_corrupt))
+    read_stats: dict[str, int] = {}
+    ours = summarize(from_episode(events)
+                     for events in read_episodes(run, skip_corrupt=args.skip_corrupt, stats=read_stats))
+    if read_stats.get("corrupt"):
+        print(f"skipped {read_stats['corrupt']} corrupt line(s)", file=sys.stderr)
     real = cmp = None
     if args.compare:
         services = set(ours["services"])

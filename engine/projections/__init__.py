@@ -7,14 +7,16 @@ per-episode outputs in a checkpoint beside the files, and writes the files. Layo
 (default ``RUN_DIR/projections/<name>@v<k>/``)::
 
     <files the render produced>
-    .checkpoint/meta.json      projection, version, run id, fold options, shard sizes read, files written
+    .checkpoint/meta.json      projection, version, run id, fold options, shard sizes read, files written,
+                               and per shard the byte offset the next run reads on from
     .checkpoint/outputs.jsonl  one {"ep": ..., "out": ...} line per processed episode, in processing order
     .checkpoint/lock           held (flock) while a run writes, so a second concurrent run is refused
 
-A second run on a grown log folds only the episodes not in outputs.jsonl and re-renders from the stored
-outputs, so the merge never needs the old episodes' events again. Outputs are ordered by the order in
-which their episodes were first processed (the log order of episode ends), so files stay stable as a
-log grows. Changing the fold options (e.g. ``--sgdx``) or ``--rebuild`` starts the checkpoint afresh.
+A second run on a grown log reads each shard from the recorded offset (the end of what was read, or the
+first event of an episode that had not ended then), folds only the episodes not in outputs.jsonl and
+re-renders from the stored outputs, so neither the read nor the merge needs the old episodes' events
+again. Outputs are ordered by the order in which their episodes were first processed (the log order of
+episode ends), so files stay stable as a log grows. Changing the fold options (e.g. ``--sgdx``) or ``--rebuild`` starts the checkpoint afresh.
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ except ImportError:  # not POSIX: no lock, concurrent runs on one output dir are
     fcntl = None  # type: ignore[assignment]
 
 from ..errors import UserError
-from ..log import RunDir, read_episodes, repair_torn_tail
+from ..log import RunDir, read_episodes_from, repair_torn_tail
 from ..oplog import get_logger
 
 _log = get_logger("projections")
@@ -119,6 +121,8 @@ class ProjectionReport(msgspec.Struct, kw_only=True):
     episodes_new: int
     files: list[str]
     rebuilt: bool
+    corrupt: int = 0  # corrupt event lines skipped (with skip_corrupt)
+    bytes_read: int = 0  # of the event log
 
 
 def default_out_dir(run: RunDir, projection: Projection) -> Path:
@@ -144,6 +148,8 @@ def run_projection(run_dir: str | Path | RunDir, projection: Projection, out_dir
     run = run_dir if isinstance(run_dir, RunDir) else RunDir.open(run_dir)
     out = Path(out_dir) if out_dir is not None else default_out_dir(run, projection)
     ckpt = out / CHECKPOINT_DIR
+    if out.exists() and not out.is_dir():
+        raise UserError(f"{out}: exists and is not a directory; choose another --out")
     if out.exists() and not (ckpt / "meta.json").exists() and not rebuild and \
             any(p.name != CHECKPOINT_DIR for p in out.iterdir()):
         raise UserError(f"{out}: exists, is not empty and is not a projection output; choose another --out")
@@ -199,10 +205,16 @@ def _run(run: RunDir, projection: Projection, out: Path, *, rebuild: bool, skip_
     buffer = bytearray()
     # shard sizes before reading: when a later run sees the same sizes, the log has not grown
     meta["log"] = {str(p.relative_to(run.path)): p.stat().st_size for p in run.shards()}
-    unchanged = (not fresh and old is not None and old.get("log") == meta["log"]
-                 and old.get("episodes") == len(done))
+    read_stats: dict[str, int] = {}
+    # the checkpoint matches the outputs when it counts as many episodes (a crash between writing outputs
+    # and meta leaves it behind): then the log is read on from where the last run could stop
+    consistent = not fresh and old is not None and old.get("episodes") == len(done)
+    unchanged = consistent and old.get("log") == meta["log"]
+    start = old.get("offsets") if consistent and isinstance(old.get("offsets"), dict) else {}
+    meta["offsets"] = dict(start) if unchanged else {}
     with open(outputs_path, "ab") as sink:
-        for events in () if unchanged else read_episodes(run, skip_corrupt=skip_corrupt):
+        for events in () if unchanged else read_episodes_from(run, start, meta["offsets"], done=done,
+                                                               skip_corrupt=skip_corrupt, stats=read_stats):
             ep = events[0].ep
             if ep in done:
                 continue
@@ -225,7 +237,8 @@ def _run(run: RunDir, projection: Projection, out: Path, *, rebuild: bool, skip_
     _log.info("projection written", projection=f"{projection.name}@v{projection.version}", out=str(out),
               episodes=before + new, new=new)
     return ProjectionReport(out_dir=str(out), episodes_total=before + new, episodes_new=new, files=files,
-                            rebuilt=fresh and old is not None)
+                            rebuilt=fresh and old is not None, corrupt=read_stats.get("corrupt", 0),
+                            bytes_read=read_stats.get("bytes", 0))
 
 
 def _meta_bytes(meta: dict[str, Any]) -> bytes:
@@ -253,20 +266,41 @@ def _stored_outputs(path: Path) -> Iterator[bytes]:
 
 
 def _write_files(out: Path, files: Iterable[tuple[str, bytes]], stale: list[str]) -> list[str]:
+    # every file goes to a temporary name first and all are renamed at the end, so an error or Ctrl-C
+    # while rendering leaves the previous output whole instead of a mix of old and new files
     written: list[str] = []
-    for name, data in files:
-        if "/" in name or name.startswith("."):
-            raise ValueError(f"projection produced a bad file name {name!r}")
-        _write_atomic(out / name, data)
-        written.append(name)
+    try:
+        for name, data in files:
+            if "/" in name or name.startswith("."):
+                raise ValueError(f"projection produced a bad file name {name!r}")
+            _write_tmp(out / name, data)
+            written.append(name)
+    except BaseException:
+        for name in written:
+            _tmp_path(out / name).unlink(missing_ok=True)
+        raise
+    for name in written:
+        os.replace(_tmp_path(out / name), out / name)
     for name in stale:
         if name not in written and (out / name).exists():
             (out / name).unlink()
     return written
 
 
+def _tmp_path(path: Path) -> Path:
+    return path.with_name(path.name + ".tmp")
+
+
+def _write_tmp(path: Path, data: bytes) -> None:
+    tmp = _tmp_path(path)
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
 def _write_atomic(path: Path, data: bytes) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as f:
-        f.write(data)
-    os.replace(tmp, path)
+    _write_tmp(path, data)
+    os.replace(_tmp_path(path), path)

@@ -217,3 +217,23 @@ async def test_ended_episodes_are_written_before_the_engine_waits_on_a_slow_live
     await running
     writer.close()
     assert shard.read_bytes().count(b'"type":"episode_ended"') == 3
+
+
+class _Plain:
+    """A minimal agent that does not declare ``deterministic``."""
+
+    def start(self, ctx):
+        pass
+
+    def respond(self, obs):
+        return AgentReply(utterance="ok")
+
+
+def test_an_agent_without_a_deterministic_attribute_counts_as_deterministic():
+    """An agent class without ``deterministic`` runs normally (taken as deterministic), with no fault."""
+    log = MemoryLog()
+    user = lambda: ScriptedUser([UserReply(utterance=f"line {i}") for i in range(3)])
+    batch = Batch(run_id="r", scenarios=BuiltinScenarios(), make_user=user, make_agent=_Plain, sink=log,
+                  settings=RunSettings(episodes=1, think=THINK, latency=LATENCY))
+    asyncio.run(batch.run([Job(0)]))
+    assert not log.of_type("fault") and log.outcomes() == {"e000000": "success"}

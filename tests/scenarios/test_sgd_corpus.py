@@ -187,3 +187,32 @@ def test_sgdx_renames_all_keys_at_once():
     renamed = renamed_frame(call)
     assert renamed.service_call.parameters == {"event_name": "Oracle Park", "name": "Giants Vs Cubs"}
     assert renamed.service_results == [{"event_name": "Oracle Park", "name": "Giants Vs Cubs"}]
+
+
+@pytest.mark.parametrize("edit, element", [
+    (lambda t: t["frames"][0]["state"]["slot_values"].update(colour=["red"]), "state.slot_values: unknown slot 'colour'"),
+    (lambda t: t["frames"][0]["state"]["requested_slots"].append("colour"), "state.requested_slots: unknown slot 'colour'"),
+    (lambda t: t["frames"][0]["state"].update(active_intent="FlyToMoon"), "state.active_intent: unknown intent 'FlyToMoon'"),
+    (lambda t: t["frames"][0]["actions"][0].update(slot="colour"), "unknown slot 'colour'"),
+    (lambda t: t["frames"][0]["actions"].append({"act": "INFORM_INTENT", "slot": "intent", "values": ["FlyToMoon"],
+                                                 "canonical_values": ["FlyToMoon"]}), "unknown intent 'FlyToMoon'"),
+    (lambda t: t["frames"][0]["slots"].append({"slot": "colour", "start": 0, "exclusive_end": 1}),
+     "slots: span of unknown slot 'colour'"),
+])
+def test_unknown_slot_or_intent_names_dialogue_turn_and_element(tmp_path, edit, element):
+    """A slot or intent name the schema does not define is reported with the dialogue, turn, service and element."""
+    data = _fixture_json()
+    turn = data[1]["turns"][0]
+    edit(turn)
+    dialogue = read_dialogue_file(_write(tmp_path, data))[1]
+    problem = validate_dialogue(dialogue, _schemas(FIXTURES / "schema.json"))
+    service = turn["frames"][0]["service"]
+    assert problem is not None and problem.startswith(f"dialogue {data[1]['dialogue_id']}, turn 0: frame for {service}")
+    assert element in problem and "not in the schema" in problem
+
+
+def test_fixture_dialogues_use_only_schema_names():
+    """The real fixture dialogues pass the slot and intent checks (empty, 'intent' and 'count' action slots included)."""
+    schemas = _schemas(FIXTURES / "schema.json")
+    for dialogue in read_dialogue_file(FIXTURES / "dialogues_001.json"):
+        assert validate_dialogue(dialogue, schemas) is None

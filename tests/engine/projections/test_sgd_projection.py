@@ -359,3 +359,52 @@ def test_checkpoint_damage_is_recovered(tmp_path):
         run_projection(run, get_projection("sgd"), out)
     assert run_projection(run, get_projection("sgd"), out, rebuild=True).episodes_new == 6
     assert (out / "dialogues_001.json").read_bytes() == expected
+
+
+def test_a_grown_log_is_read_on_from_the_recorded_offsets(tmp_path):
+    """The second projection of a grown log reads from the first event of the episode still open last time,
+    the third only the bytes appended since; the output equals a projection of the whole log in one pass."""
+    full = tmp_path / "full"
+    import_sgd(FIXTURES, full)
+    lines: dict[str, list[bytes]] = {}
+    for line in (full / "events" / "shard-000.jsonl").read_bytes().splitlines(keepends=True):
+        lines.setdefault(json.loads(line)["ep"], []).append(line)
+    a, b, c, d, e, f = lines.values()
+    run = tmp_path / "run"
+    shutil.copytree(full, run)
+    shard = run / "events" / "shard-000.jsonl"
+    half = len(c) // 2
+    # pass 1: c has started but not ended, and b ends after c's first event
+    shard.write_bytes(b"".join(a + c[:half] + b))
+    c_at = len(b"".join(a))
+    first = run_projection(run, get_projection("sgd"), tmp_path / "out")
+    assert first.episodes_new == 2 and first.bytes_read == shard.stat().st_size
+    # pass 2: c ends and d follows; reading starts at c's first event, so c is folded whole
+    with open(shard, "ab") as sink:
+        sink.write(b"".join(c[half:] + d))
+    second = run_projection(run, get_projection("sgd"), tmp_path / "out")
+    assert second.episodes_new == 2 and second.bytes_read == shard.stat().st_size - c_at
+    # pass 3: nothing is open any more, so only the appended bytes are read
+    size = shard.stat().st_size
+    with open(shard, "ab") as sink:
+        sink.write(b"".join(e + f))
+    third = run_projection(run, get_projection("sgd"), tmp_path / "out")
+    assert third.episodes_new == 2 and third.bytes_read == shard.stat().st_size - size
+    assert run_projection(run, get_projection("sgd"), tmp_path / "out").bytes_read == 0
+    whole = run_projection(full, get_projection("sgd"), tmp_path / "whole")
+    for name in whole.files:
+        assert (tmp_path / "out" / name).read_bytes() == (tmp_path / "whole" / name).read_bytes()
+
+
+def test_a_checkpoint_behind_its_outputs_reads_the_log_from_the_start(tmp_path):
+    """When outputs.jsonl holds more episodes than meta.json counts (a crash between the two), offsets are not trusted."""
+    run = tmp_path / "run"
+    import_sgd(FIXTURES, run)
+    out = tmp_path / "out"
+    run_projection(run, get_projection("sgd"), out)
+    meta_path = out / ".checkpoint" / "meta.json"
+    meta = json.loads(meta_path.read_text())
+    meta.update(episodes=meta["episodes"] - 1, log={})
+    meta_path.write_text(json.dumps(meta))
+    report = run_projection(run, get_projection("sgd"), out)
+    assert report.bytes_read == (run / "events" / "shard-000.jsonl").stat().st_size and report.episodes_new == 0
