@@ -97,12 +97,19 @@ def _refuse_secrets(config: RunConfig) -> None:
 def absolute_scenarios(spec: str) -> str:
     """A scenario spec whose pack directory is made absolute, so that --resume works from any directory."""
     if spec and spec not in registry.known("scenarios"):
-        if Path(spec).exists():
-            return str(Path(spec).resolve())
+        if _absolute(spec) != spec:
+            return _absolute(spec)
         name, arg = registry.parse_spec(spec)
-        if arg and name in registry.known("scenarios") and Path(arg).exists():
-            return f"{name}:{Path(arg).resolve()}"
+        if arg and name in registry.known("scenarios"):
+            return f"{name}:{_absolute(arg)}"
     return spec
+
+
+def _absolute(arg: str) -> str:
+    """``PATH[#services][?options]`` with PATH made absolute when it exists; else ``arg`` unchanged."""
+    cut = min((i for i in (arg.find("#"), arg.find("?")) if i >= 0), default=len(arg))
+    path, rest = arg[:cut], arg[cut:]
+    return str(Path(path).resolve()) + rest if path and Path(path).exists() else arg
 
 
 def run_id_for(config: RunConfig) -> str:
