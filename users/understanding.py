@@ -59,11 +59,12 @@ class _Template:
     """One compiled template: literal pieces (each a tuple of alternative spellings) and holes (the index of
     the act a value fills), in order, plus the acts of its signature."""
 
-    __slots__ = ("parts", "first", "last", "acts", "literal")
+    __slots__ = ("parts", "first", "last", "acts", "literal", "bare")
 
     def __init__(self, parts: list, first: str, last: str, acts: list[tuple[str, str, list[str] | None]],
-                 literal: int) -> None:
+                 literal: int, bare: bool) -> None:
         self.parts, self.first, self.last, self.acts, self.literal = parts, first, last, acts, literal
+        self.bare = bare  # no words of its own ("<name> <category>"): only known values may fill it
 
 
 def parse_signature(sig: str) -> list[tuple[str, str, list[str] | None, int]] | None:
@@ -105,7 +106,8 @@ _LETTERS = re.compile(r"[a-z]{2,}")
 
 def compile_template(sig: str, template: list) -> _Template | None:
     """A template (literals and placeholder indices) of signature ``sig`` ready to match, or None when it
-    cannot be matched reliably (no words of its own, a placeholder the signature lacks)."""
+    cannot be matched reliably (no words of its own, a placeholder the signature lacks). Two values side
+    by side are allowed: the matcher then accepts only values it knows for both."""
     acts = parse_signature(sig)
     if acts is None:
         return None
@@ -129,14 +131,13 @@ def compile_template(sig: str, template: list) -> _Template | None:
     if raw and isinstance(raw[-1], str):
         raw[-1] = raw[-1].rstrip()
     raw = [p for p in raw if p != ""]
-    if not raw or not _LETTERS.search(" ".join(p for p in raw if isinstance(p, str))):
+    bare = not _LETTERS.search(" ".join(p for p in raw if isinstance(p, str)))
+    if not raw or (bare and sum(isinstance(p, int) for p in raw) < 2):
         return None  # "<value>." alone would read any sentence as a value
     parts: list = []
     literal, prev_value = 0, False
     for p in raw:
         if isinstance(p, int):
-            if prev_value:
-                return None  # two values with nothing between: no telling where one ends
             parts.append(owner[p])
             prev_value = True
         else:
@@ -146,7 +147,7 @@ def compile_template(sig: str, template: list) -> _Template | None:
     first = raw[0] if isinstance(raw[0], str) else ""
     last = parts[-1] if isinstance(parts[-1], tuple) else ()
     tail = min((s[-2:] for s in last), key=len) if last else ""
-    return _Template(parts, first[:4], tail, [(a, s, b) for a, s, b, _ in acts], literal)
+    return _Template(parts, first[:4], tail, [(a, s, b) for a, s, b, _ in acts], literal, bare)
 
 
 class _Bank:
@@ -315,7 +316,7 @@ class Understanding:
         n = len(low)
         starts = [0] + [i + 1 for i, ch in enumerate(low) if ch == " "]
         ends = [i for i, ch in enumerate(low) if ch == " "] + [n]
-        memo: dict[tuple[str, int, int], tuple[str, str, float] | None] = {}
+        memo: dict[tuple[str, int, int], tuple[str, str, float, int] | None] = {}
         # best[pos] = (score, previous pos, acts; None for an unread word)
         best: dict[int, tuple[float, int, list[Act] | None]] = {0: (0.0, -1, None)}
         for p in starts:
@@ -379,8 +380,11 @@ class Understanding:
                     if low.startswith(s, pos) and pos + len(s) <= q:
                         walk(i + 1, pos + len(s), score + len(s), assigned)
                 return
+            adjacent = tpl.bare or (i + 1 < last and type(parts[i + 1]) is int) or (i > 0 and type(parts[i - 1]) is int)
             if i + 1 == last:
                 cuts = [q] if q > pos else []
+            elif type(parts[i + 1]) is int:  # two values side by side ("Sino Asian"): split at any space
+                cuts = [o for o in range(pos + 1, q) if low[o] == " "]
             else:
                 cuts = []
                 for s in parts[i + 1]:
@@ -394,7 +398,7 @@ class Understanding:
                 r = memo.get(key, _MISS)
                 if r is _MISS:
                     r = memo[key] = self._value(slot, src[pos:e], ctx, lowercase)
-                if r is not None:
+                if r is not None and not (adjacent and r[3] < 2):  # side by side, both must be known values
                     walk(i + 1, e, score + r[2], assigned + [(part, r[0], r[1])])
 
         walk(0, p, 0.0, [])
@@ -415,13 +419,13 @@ class Understanding:
                 out.append(Act(act=act, slot=slot))
         return score, out
 
-    def _value(self, slot: str, text: str, ctx: Context, lowercase: bool) -> tuple[str, str, float] | None:
-        """(spoken, canonical, score) of a captured value: its length, less for a value nobody knows."""
+    def _value(self, slot: str, text: str, ctx: Context, lowercase: bool) -> tuple[str, str, float, int] | None:
+        """(spoken, canonical, score, sureness) of a captured value: its length, less for a value nobody knows."""
         spoken = text.strip(_STRIP)
         got = self.recognise(ctx.service, slot, spoken, ctx, lowercase)
         if got is None:
             return None
-        return spoken, got[0], len(text) * (1.0 if got[1] >= 2 else _UNKNOWN)
+        return spoken, got[0], len(text) * (1.0 if got[1] >= 2 else _UNKNOWN), got[1]
 
     # -- cues -------------------------------------------------------------------------------------------
 
