@@ -18,7 +18,9 @@ from ..engine.events import Act, SlotSpan
 _WEAK = {"has", "the", "number", "name", "type", "date", "time"}  # words of slot names that say little alone
 _WORD = re.compile(r"[a-z0-9]+")
 _YES = re.compile(r"\b(yes|yeah|yep|sure|ok|okay|sounds (good|great|perfect)|that works|perfect|great|correct|"
-                  r"please do|go ahead|that's right|absolutely)\b")
+                  r"please do|go ahead|that's right|absolutely|sounds like|i'll take|interested|"
+                  r"i (?:would |'d )?(?:like|love|want) (?:that|it|this|to see that|to (?:go|try|see) (?:that|it|there)))\b")
+_OKAY = re.compile(r"\b(fine|okay|ok|alright|good|comfortable|happy|prefer|would like|i'd like|want)\b")
 _NO = re.compile(r"\b(no|nope|not really|don't|do not|nah)\b")
 _THANKS = re.compile(r"\b(thanks|thank you|thank)\b")
 _BYE = re.compile(r"\b(bye|goodbye|that's all|that is all|nothing else)\b")
@@ -29,6 +31,15 @@ _ASK = re.compile(r"\?|\b(what|which|how|where|when|is it|does it|do they|can yo
 _WANT = re.compile(r"\b(want|need|like|looking|find|search|book|reserve|buy|get|rent|play|schedule|check|"
                    r"add|transfer|make|help)\b")
 
+
+# words of a description that say nothing of which slot is meant
+_COMMON = {"name", "number", "the", "this", "that", "with", "from", "which", "what", "whether", "user", "for", "and",
+           "date", "time", "type", "city", "location", "event", "movie", "song", "hotel", "restaurant", "place",
+           "ride", "flight", "attraction", "property", "apartment", "service", "booking", "reservation"}
+# how people ask for a slot, by the last word of its name
+_SLOT_QUESTIONS = {"number": "phone call contact", "address": "address located where street", "price": "cost much",
+                   "fare": "cost much price", "genre": "kind type genre", "subcategory": "kind type genre",
+                   "humidity": "humid", "wind": "windy", "rating": "rated reviews good", "precipitation": "rain"}
 
 # words people use for a domain's things, beyond the words of its intent names
 _DOMAIN_WORDS = {
@@ -65,6 +76,8 @@ class ValueMatcher:
         self.slot_words: dict[str, dict[str, set[str]]] = {}
         self.search: dict[str, set[str]] = {}
         self.categorical: dict[str, set[str]] = {}
+        self.boolean: dict[str, set[str]] = {}
+        self.slot_cues: dict[str, dict[str, set[str]]] = {}  # service -> slot -> word beginnings it is asked with  # service -> slots whose values are True/False
         for name in services:
             self._build(name)
 
@@ -108,6 +121,11 @@ class ValueMatcher:
         self.intents[name] = {i["name"]: _camel_words(i["name"]) | domain for i in schema["intents"]}
         self.search[name] = {i["name"] for i in schema["intents"] if not i.get("is_transactional")}
         self.categorical[name] = {s["name"] for s in schema["slots"] if s.get("is_categorical")}
+        self.boolean[name] = {s["name"] for s in schema["slots"] if set(s.get("possible_values") or ()) == {"True", "False"}}
+        self.slot_cues[name] = {s["name"]: {w[:5] for w in _WORD.findall(s.get("description", "").lower() + " "
+                                                                     + _SLOT_QUESTIONS.get(s["name"].rsplit("_", 1)[-1], ""))
+                                            if len(w) > 3 and w not in _COMMON}
+                                for s in schema["slots"] if s["name"] in args or not s.get("is_categorical")}
         self.slot_words[name] = {s["name"]: {_stem(w) for w in s["name"].split("_") if len(w) > 2} - _WEAK
                                  for s in schema["slots"]}
 
@@ -122,7 +140,8 @@ class ValueMatcher:
         acts: list[tuple[str, Act]] = []
         # a new intent: the intent whose name words the text shares most, if the user sounds like wanting it
         best, best_score, best_service = None, 0.0, service
-        if _WANT.search(low):
+        # a wish ("I want a table") names an intent; so does a first question ("What's the weather in X?")
+        if _WANT.search(low) or (service is None and _ASK.search(low)):
             for name, intents in self.intents.items():
                 for iname, iwords in intents.items():
                     # ties go to the current service, then to searches (people look before they book)
@@ -142,6 +161,12 @@ class ValueMatcher:
                     acts.append((service, Act(act="INFORM", slot=slot, values=["dontcare"],
                                               canonical_values=["dontcare"])))
         yes, no = bool(_YES.search(low)), bool(_NO.search(low))
+        flags = [s for s in expecting if s in self.boolean[service] and not any(a.slot == s for _, a in acts)]
+        if flags and "REQUEST" in last and (yes or _OKAY.search(low)) != no:
+            # "Do you want a shared ride?" - "That's fine with me": the answer is the flag's value
+            value = "False" if no else "True"
+            acts += [(service, Act(act="INFORM", slot=s, values=[value], canonical_values=[value])) for s in flags]
+            return acts
         if "OFFER_INTENT" in last and (yes or no):
             acts.append((service, Act(act="AFFIRM_INTENT" if yes and not no else "NEGATE_INTENT")))
         elif "OFFER" in last and _ALTS.search(low) and not yes:
@@ -154,9 +179,19 @@ class ValueMatcher:
             acts.append((service, Act(act="NEGATE")))
         if _ASK.search(low):
             # a slot is asked about when at least half of its name's words occur in the question
+            asked = False
             for slot, sw in self.slot_words[service].items():
                 if sw and 2 * len(sw & words) >= len(sw) and not any(a.slot == slot for _, a in acts):
                     acts.append((service, Act(act="REQUEST", slot=slot)))
+                    asked = True
+            if not asked and not any(a.act == "INFORM" for _, a in acts):
+                # else the one slot whose description or usual question words the question shares most
+                # ("How humid will it be?" - humidity), word beginnings compared so "humid" meets "humidity"
+                heads = {w[:5] for w in words if len(w) > 3}
+                scored = sorted(((len(cues & heads), slot) for slot, cues in self.slot_cues[service].items()),
+                                reverse=True)
+                if scored and scored[0][0] and (len(scored) == 1 or scored[1][0] < scored[0][0]):
+                    acts.append((service, Act(act="REQUEST", slot=scored[0][1])))
         if _THANKS.search(low):
             acts.append((service, Act(act="THANK_YOU")))
         if _BYE.search(low):

@@ -22,6 +22,7 @@ from .nlu import ValueMatcher
 
 _NAMEISH = ("name", "title", "airlines", "car_name", "operator")
 _LITERAL = frozenset(("OFFER_INTENT", "INFORM_COUNT"))  # acts whose value is said as it is
+_OPEN_QUESTION = "How can I help you?"  # what the agent says before it knows which service the user wants
 
 
 def _act_key(a: Act) -> tuple[str, str]:
@@ -207,8 +208,10 @@ class SchemaAgent:
         if self._nlu is None:
             self._nlu = ValueMatcher(self.pack, self.names)
         track = self.tracks.get(self.current) if self.current else None
-        return self._nlu.parse(text, self.current, track.intent if track else None, self.last,
-                               self._expecting, spans)
+        last = self.last
+        if track is not None and track.offered is not None and track.selected is None and "OFFER" not in last:
+            last = last | {"OFFER"}  # an answer about the offer leaves it on the table: "sounds good" selects it
+        return self._nlu.parse(text, self.current, track.intent if track else None, last, self._expecting, spans)
 
     def _set(self, t: _Track, svc: _Service, slot: str, canon: str, spoken: str, change: bool = True) -> None:
         if slot not in svc.args:
@@ -450,6 +453,8 @@ class SchemaAgent:
             frames.append(Frame(service=name, actions=built, slots=spans))
             if "OFFER" in last:
                 self._offer_acts[name] = [a for a in built if a.act == "OFFER"]
+        else:  # nothing understood yet, so no service to speak for: still never an empty turn
+            utterance = _OPEN_QUESTION
         if len(self.tracks) == 1:  # the common case: one service, no dict comprehension
             (n, t), = self.tracks.items()
             state = {n: t.state()}

@@ -231,6 +231,9 @@ def _openai_conversation(body: dict[str, Any]) -> tuple[list[Message], list[Tool
     return out, tools, system
 
 
+SILENT_CONTENT = "..."  # the content of an assistant turn for an agent reply with neither words nor tool calls
+
+
 def openai_handler(host: AgentHost) -> Callable[[web.Request], Any]:
     """The POST handler of /v1/chat/completions."""
 
@@ -255,7 +258,11 @@ def openai_handler(host: AgentHost) -> Callable[[web.Request], Any]:
             log.warning("agent failed", episode=episode_id, error=f"{type(exc).__name__}: {exc}")
             return _error(500, f"agent failed: {type(exc).__name__}")
         n_user = sum(isinstance(m, UserMessage) for m in messages)
-        message: dict[str, Any] = {"role": "assistant", "content": reply.utterance or None}
+        content = reply.utterance or None
+        if not reply.tool_calls and not (content or "").strip():
+            # an assistant message needs content or tool calls (clients reject a blank one): say so
+            content = SILENT_CONTENT
+        message: dict[str, Any] = {"role": "assistant", "content": content}
         if reply.tool_calls:
             message["tool_calls"] = [
                 {"id": c.call_id or f"call_{n_user}_{len(messages)}_{i}", "type": "function",

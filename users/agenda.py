@@ -23,6 +23,7 @@ from ..scenarios.base import EpisodeContext
 from ..scenarios.sgd.nlg import OPENING
 from .base import UserReply, Verdict
 from .noise import NoiseModel
+from .understanding import Context, for_pack
 
 
 class _Service:
@@ -166,6 +167,13 @@ class AgendaUser:
                 sig.append((s, a.act, a.slot, tuple(a.canonical_values)))
                 if a.act == "GOODBYE":
                     goodbye = True
+        if not acts and agent.utterance:  # an agent that sends only text: read its acts from the words
+            service = self._cur_service()
+            for a in self._understand(agent.utterance):
+                acts.append((service, a))
+                sig.append((service, a.act, a.slot, tuple(a.canonical_values)))
+                if a.act == "GOODBYE":
+                    goodbye = True
         if goodbye:
             self.ended = True
             if not self.left and not self._all_done():
@@ -210,6 +218,18 @@ class AgendaUser:
                     reason += f" ({self.left})"
                 return Verdict(outcome="failure", reason=reason, reward=reward)
         return Verdict(outcome="failure", reason=self.left or "goal not met", reward=reward)
+
+    def _understand(self, utterance: str) -> list[Act]:
+        """The system acts of a text-only agent turn, read in the light of the current subgoal."""
+        sub = self._cur() or self.subs[-1]
+        known: dict[str, list[str]] = {}
+        for values in (sub.constraints, sub.optional, self.canon.get(sub.service, _EMPTY), sub.row,
+                       sub.offered or _EMPTY, dict(sub.relax)):
+            for slot, value in values.items():
+                if value != "dontcare" and value not in known.setdefault(slot, []):
+                    known[slot].append(value)
+        ctx = Context(sub.service, sub.intent, known, sub.requested)
+        return for_pack(self.pack).understand(utterance, ctx)
 
     # -- goal bookkeeping -------------------------------------------------------------------------
 
