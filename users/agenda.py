@@ -19,7 +19,7 @@ import random
 from typing import Any
 
 from ..engine.events import Act, AgentTurn, DialogueState, Frame
-from ..scenarios.base import EpisodeContext
+from ..scenarios.base import Claim, EpisodeContext
 from .base import UserReply, Verdict
 from .noise import NoiseModel
 
@@ -56,7 +56,7 @@ class _Sub:
 
     __slots__ = ("service", "intent", "transactional", "constraints", "optional", "requested", "pending",
                  "relax", "from_previous", "fulfilled", "failed", "offered", "row", "alts", "relaxed",
-                 "selected", "reason", "retries", "count")
+                 "selected", "reason", "retries", "count", "claim")
 
     def __init__(self, sg: dict[str, Any], transactional: bool) -> None:
         self.service: str = sg["service"]
@@ -73,6 +73,7 @@ class _Sub:
         self.selected = False
         self.offered: dict[str, str] | None = None  # the entity on the table (canonical values)
         self.row: dict[str, str] = {}  # what the user learnt of the chosen / booked entity
+        self.claim: Claim | None = None  # what the user believes it got, fixed when the subgoal is fulfilled
         self.alts = 0
         self.relaxed = 0
         self.retries = 0
@@ -197,7 +198,7 @@ class AgendaUser:
         }
         if self._all_done():
             return Verdict(outcome="success", reason="every goal intent fulfilled, every requested slot informed",
-                           reward=reward)
+                           reward=reward, claims=[s.claim or self._claim(s, None) for s in self.subs])
         if self.left.startswith("patience"):
             return Verdict(outcome="abandoned", reason=self.left, reward=reward)
         for s in self.subs:
@@ -209,6 +210,14 @@ class AgendaUser:
                     reason += f" ({self.left})"
                 return Verdict(outcome="failure", reason=reason, reward=reward)
         return Verdict(outcome="failure", reason=self.left or "goal not met", reward=reward)
+
+    def _claim(self, sub: _Sub, entity: dict[str, str] | None) -> Claim:
+        """What the user believes it got for ``sub``: its constraints, the optional values it said, the entity."""
+        said = self.canon.get(sub.service, _EMPTY)
+        held = {s: v for s, v in sub.optional.items() if _same(said.get(s), v)}
+        held.update(sub.constraints)
+        return Claim(service=sub.service, intent=sub.intent, transactional=sub.transactional, constraints=held,
+                     entity=entity)
 
     # -- goal bookkeeping -------------------------------------------------------------------------
 
@@ -406,6 +415,7 @@ class AgendaUser:
 
         if "NOTIFY_SUCCESS" in by:
             sub.fulfilled = True
+            sub.claim = self._claim(sub, None)
             if sub.pending:
                 self._ask(out, sub, 2)
                 return out, False
@@ -534,11 +544,13 @@ class AgendaUser:
         conflict = [s for s, v in offered.items()
                     if (sub.constraints.get(s) or (said.get(s) if s in sub.optional else None)) not in (None, "dontcare")
                     and not _same(sub.constraints.get(s) or said.get(s), v)]
-        unsaid = [(s, v) for s, v in sub.constraints.items() if not _same(said.get(s), v)]
-        if conflict and unsaid and "NOTIFY_FAILURE" not in by:
-            # the system searched before hearing everything: say the rest and ask again
+        args = self._service(sub.service).args
+        unsaid = [(s, v) for s, v in sub.constraints.items() if not _same(said.get(s), v) and s in args]
+        if unsaid and (conflict or any(s not in offered for s, _ in unsaid)) and "NOTIFY_FAILURE" not in by:
+            # the system searched before hearing everything: say the rest (and ask again when the offer is wrong)
             out += [(sub.service, "INFORM", s, v) for s, v in unsaid]
-            out.append((sub.service, "REQUEST_ALTS", "", None))
+            if conflict:
+                out.append((sub.service, "REQUEST_ALTS", "", None))
             return False
         if conflict:
             if sub.transactional and "NOTIFY_FAILURE" in by and sub.relax:
@@ -589,6 +601,7 @@ class AgendaUser:
         out.append((svc, "SELECT", "", None))
         if not sub.transactional:
             sub.fulfilled = True
+            sub.claim = self._claim(sub, dict(sub.offered or {}))
         if sub.pending:
             if rng.random() < 0.5:
                 self._ask(out, sub, 1)

@@ -179,6 +179,23 @@ def test_offer_select_offer_intent_and_book(pack):
         done = user.respond(system(("REQ_MORE",)))
     assert user.verdict().outcome == "success"
     assert user.verdict().reward["informed"] == 1
+    search, book = user.verdict().claims
+    assert (search.intent, search.transactional, search.constraints) == (
+        "FindRestaurants", False, {"category": "Italian", "location": "San Jose"})
+    assert search.entity == {"restaurant_name": "Sino", "location": "San Jose"}
+    assert (book.intent, book.transactional, book.entity) == ("ReserveRestaurant", True, None)
+    assert book.constraints == {"time": "18:30", "number_of_seats": "2", "restaurant_name": "Sino",
+                                "location": "San Jose"}
+
+
+def test_an_offer_before_every_constraint_was_said_gets_the_rest_said(pack):
+    """The system offered before hearing the cuisine, and the offer does not show it: the user says the rest."""
+    user = start(pack, search_then_book(), verbosity=0.0, request_first=0.0)
+    user.respond(None)
+    reply = user.respond(system(("OFFER", "restaurant_name", ["Sino"]), ("OFFER", "location", ["San Jose"])))
+    assert sorted(acts_of(reply)) == [("INFORM", "category", ["Italian"]), ("INFORM", "location", ["San Jose"])]
+    chosen = user.respond(system(("OFFER", "restaurant_name", ["Tusk"]), ("OFFER", "category", ["Italian"])))
+    assert ("SELECT", "", []) in acts_of(chosen)
 
 
 def test_unwanted_intent_offer_is_negated(pack):
