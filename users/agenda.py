@@ -253,6 +253,9 @@ class AgendaUser:
         if sub.from_previous and i > 0:
             prev = self.subs[i - 1]
             known = {**prev.constraints, **prev.row}
+            if prev.from_previous and i > 1 and self.subs[i - 2].service == prev.service:
+                # prev booked what the search before it found: what the user heard of that entity counts too
+                known = {**self.subs[i - 2].row, **known}
             for slot, src in sub.from_previous.items():
                 value = known.get(src) or self._lookup(prev, src, known)
                 if value:
