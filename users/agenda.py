@@ -182,6 +182,11 @@ class AgendaUser:
         if self.useless > self.patience:
             self.left = f"patience exhausted after {self.useless} useless system turns"
             return self._reply([(self._cur_service(), "GOODBYE", "", None)], end=True)
+        if self.repair:
+            # the system acted on a slip of the user's last turn: the correction comes first and alone (no
+            # SELECT of an offer found with the wrong value, no GOODBYE), and it is not itself corrupted
+            out, self.repair = self.repair, []
+            return self._reply(out, end=False, slips=False)
         out, end = self._react(acts)
         return self._reply(out, end=end)
 
@@ -378,9 +383,6 @@ class AgendaUser:
 
     def _react(self, acts: list) -> tuple[list, bool]:
         out: list = []
-        if self.repair:  # the noise model made us misspeak last turn: correct it first
-            out += self.repair
-            self.repair = []
         sub = self.subs[self.idx] if self.idx < len(self.subs) else None
         if sub is None:  # everything settled, the system keeps talking
             return out, self._finish(out, self.subs[-1].service, True)
@@ -651,11 +653,11 @@ class AgendaUser:
             self.spoken[key] = spoken
         return spoken
 
-    def _reply(self, out: list, end: bool) -> UserReply:
+    def _reply(self, out: list, end: bool, slips: bool = True) -> UserReply:
         if end:
             self.ended = True
         noisy = out
-        if self.noise is not None and out:
+        if self.noise is not None and out and slips:
             noisy, repair = self.noise.corrupt(out, self, self.rng)
             if repair:
                 self.repair = repair
