@@ -23,7 +23,7 @@ import msgspec
 import simpy
 
 from ..agents.base import AgentFailure, AgentReply, FaultReport, Observation, ToolCall
-from ..scenarios.base import EpisodeContext, ScenarioSet, ToolResult
+from ..scenarios.base import Call, EpisodeContext, Scenario, ScenarioSet, ToolResult
 from ..users.base import UserReply, Verdict
 from .driver import Driver
 from .events import (AgentTurn, EpisodeEnded, EpisodeStarted, Event, Fault, ToolCalled,
@@ -285,7 +285,7 @@ class Batch:
                 history.append(spoken)
                 turn += 1
                 if said.end or spoken.end:
-                    outcome = _verdict(user)
+                    outcome = _verdict(user, judge=self._judge(scenario, history))
                     break
                 if turn >= settings.max_turns:
                     outcome = ("max_turns", f"reached the limit of {settings.max_turns} turns", {})
@@ -316,6 +316,13 @@ class Batch:
         self.sink.episode_done()
         if self.on_episode_end is not None:
             self.on_episode_end(ended)
+
+    def _judge(self, scenario: Scenario, history: list[Event]) -> Callable[[list], str | None] | None:
+        """The scenario set's judge of a user's claims against this episode's completed calls, if it has one."""
+        judge = getattr(self.scenarios, "judge", None)
+        if judge is None:
+            return None
+        return lambda claims: judge(scenario, claims, completed_calls(history))
 
     def _user_step(self, rec: _Recorder, user: Any, first: Any) -> Generator[Any, Any, Any]:
         """Finish a user step whose first result was not a plain reply: an awaitable or an exception."""
@@ -407,11 +414,31 @@ class _EpisodeError(Exception):
         self.reason = reason
 
 
-def _verdict(user: Any, default: str | None = None, reason: str = "") -> tuple[str, str, dict[str, Any]]:
+def _verdict(user: Any, default: str | None = None, reason: str = "",
+             judge: Callable[[list], str | None] | None = None) -> tuple[str, str, dict[str, Any]]:
+    """The user's verdict; a success the judge finds unbacked by the episode's tool calls is a failure."""
     verdict: Verdict = user.verdict()
     if default is not None and verdict.outcome == "success":
         return (default, reason, verdict.reward)
+    if verdict.outcome == "success" and judge is not None:
+        unbacked = judge(verdict.claims)
+        if unbacked:
+            return ("failure", unbacked, verdict.reward)
     return (verdict.outcome, verdict.reason, verdict.reward)
+
+
+def completed_calls(history: list[Event]) -> list[Call]:
+    """The tool calls among an episode's events, each with what it returned."""
+    called: dict[str, ToolCalled] = {}
+    out: list[Call] = []
+    for event in history:
+        if type(event) is ToolCalled:
+            called[event.call_id] = event
+        elif type(event) is ToolReturned and event.call_id in called:
+            c = called.pop(event.call_id)
+            out.append(Call(service=c.service, method=c.method, parameters=c.parameters, results=event.results,
+                            error=event.error))
+    return out
 
 
 def _describe(exc: BaseException) -> str:

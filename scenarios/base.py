@@ -49,6 +49,26 @@ class ToolResult(msgspec.Struct, kw_only=True):
     error: str | None = None
 
 
+class Call(msgspec.Struct, kw_only=True):
+    """A tool call an episode made and what it returned: the evidence a judge checks claims against."""
+
+    service: str
+    method: str
+    parameters: dict[str, Any] = {}
+    results: list[dict[str, Any]] | None = None
+    error: str | None = None
+
+
+class Claim(msgspec.Struct, kw_only=True):
+    """What a user believes it achieved for one goal intent: the values it holds and the entity it took."""
+
+    service: str
+    intent: str
+    transactional: bool = False
+    constraints: dict[str, str] = {}  # canonical values the user holds at the end (after any relaxation)
+    entity: dict[str, str] | None = None  # a search: the offered values of the entity the user selected
+
+
 class World(Protocol):
     """The simulated backend of one episode: executes service calls, deterministically per seed."""
 
@@ -58,7 +78,11 @@ class World(Protocol):
 
 
 class ScenarioSet(Protocol):
-    """A named source of scenarios with the user and agent it runs by default."""
+    """A named source of scenarios with the user and agent it runs by default.
+
+    A set may also define ``judge(scenario, claims, calls) -> str | None``: why the episode's completed
+    tool calls do not back a user's claimed success (None when they do); the runner then fails the episode.
+    """
 
     name: str
     default_user: str

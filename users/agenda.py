@@ -19,7 +19,7 @@ import random
 from typing import Any
 
 from ..engine.events import Act, AgentTurn, DialogueState, Frame
-from ..scenarios.base import EpisodeContext
+from ..scenarios.base import Claim, EpisodeContext
 from ..scenarios.sgd.nlg import OPENING
 from .base import UserReply, Verdict
 from .noise import NoiseModel
@@ -58,7 +58,7 @@ class _Sub:
 
     __slots__ = ("service", "intent", "transactional", "constraints", "optional", "requested", "pending",
                  "relax", "from_previous", "fulfilled", "failed", "offered", "row", "alts", "relaxed",
-                 "selected", "reason", "retries", "count")
+                 "selected", "reason", "retries", "count", "claim")
 
     def __init__(self, sg: dict[str, Any], transactional: bool) -> None:
         self.service: str = sg["service"]
@@ -75,6 +75,7 @@ class _Sub:
         self.selected = False
         self.offered: dict[str, str] | None = None  # the entity on the table (canonical values)
         self.row: dict[str, str] = {}  # what the user learnt of the chosen / booked entity
+        self.claim: Claim | None = None  # what the user believes it got, fixed when the subgoal is fulfilled
         self.alts = 0
         self.relaxed = 0
         self.retries = 0
@@ -190,6 +191,11 @@ class AgendaUser:
         if self.useless > self.patience:
             self.left = f"patience exhausted after {self.useless} useless system turns"
             return self._reply([(self._cur_service(), "GOODBYE", "", None)], end=True)
+        if self.repair:
+            # the system acted on a slip of the user's last turn: the correction comes first and alone (no
+            # SELECT of an offer found with the wrong value, no GOODBYE), and it is not itself corrupted
+            out, self.repair = self.repair, []
+            return self._reply(out, end=False, slips=False)
         out, end = self._react(acts)
         return self._reply(out, end=end)
 
@@ -206,7 +212,7 @@ class AgendaUser:
         }
         if self._all_done():
             return Verdict(outcome="success", reason="every goal intent fulfilled, every requested slot informed",
-                           reward=reward)
+                           reward=reward, claims=[s.claim or self._claim(s, None) for s in self.subs])
         if self.left.startswith("patience"):
             return Verdict(outcome="abandoned", reason=self.left, reward=reward)
         for s in self.subs:
@@ -230,6 +236,14 @@ class AgendaUser:
                     known[slot].append(value)
         ctx = Context(sub.service, sub.intent, known, sub.requested)
         return for_pack(self.pack).understand(utterance, ctx)
+
+    def _claim(self, sub: _Sub, entity: dict[str, str] | None) -> Claim:
+        """What the user believes it got for ``sub``: its constraints, the optional values it said, the entity."""
+        said = self.canon.get(sub.service, _EMPTY)
+        held = {s: v for s, v in sub.optional.items() if _same(said.get(s), v)}
+        held.update(sub.constraints)
+        return Claim(service=sub.service, intent=sub.intent, transactional=sub.transactional, constraints=held,
+                     entity=entity)
 
     # -- goal bookkeeping -------------------------------------------------------------------------
 
@@ -265,6 +279,9 @@ class AgendaUser:
         if sub.from_previous and i > 0:
             prev = self.subs[i - 1]
             known = {**prev.constraints, **prev.row}
+            if prev.from_previous and i > 1 and self.subs[i - 2].service == prev.service:
+                # prev booked what the search before it found: what the user heard of that entity counts too
+                known = {**self.subs[i - 2].row, **known}
             for slot, src in sub.from_previous.items():
                 value = known.get(src) or self._lookup(prev, src, known)
                 if value:
@@ -387,9 +404,6 @@ class AgendaUser:
 
     def _react(self, acts: list) -> tuple[list, bool]:
         out: list = []
-        if self.repair:  # the noise model made us misspeak last turn: correct it first
-            out += self.repair
-            self.repair = []
         sub = self.subs[self.idx] if self.idx < len(self.subs) else None
         if sub is None:  # everything settled, the system keeps talking
             return out, self._finish(out, self.subs[-1].service, True)
@@ -427,6 +441,7 @@ class AgendaUser:
 
         if "NOTIFY_SUCCESS" in by:
             sub.fulfilled = True
+            sub.claim = self._claim(sub, None)
             if sub.pending:
                 self._ask(out, sub, 2)
                 return out, False
@@ -555,11 +570,13 @@ class AgendaUser:
         conflict = [s for s, v in offered.items()
                     if (sub.constraints.get(s) or (said.get(s) if s in sub.optional else None)) not in (None, "dontcare")
                     and not _same(sub.constraints.get(s) or said.get(s), v)]
-        unsaid = [(s, v) for s, v in sub.constraints.items() if not _same(said.get(s), v)]
-        if conflict and unsaid and "NOTIFY_FAILURE" not in by:
-            # the system searched before hearing everything: say the rest and ask again
+        args = self._service(sub.service).args
+        unsaid = [(s, v) for s, v in sub.constraints.items() if not _same(said.get(s), v) and s in args]
+        if unsaid and (conflict or any(s not in offered for s, _ in unsaid)) and "NOTIFY_FAILURE" not in by:
+            # the system searched before hearing everything: say the rest (and ask again when the offer is wrong)
             out += [(sub.service, "INFORM", s, v) for s, v in unsaid]
-            out.append((sub.service, "REQUEST_ALTS", "", None))
+            if conflict:
+                out.append((sub.service, "REQUEST_ALTS", "", None))
             return False
         if conflict:
             if sub.transactional and "NOTIFY_FAILURE" in by and sub.relax:
@@ -610,6 +627,7 @@ class AgendaUser:
         out.append((svc, "SELECT", "", None))
         if not sub.transactional:
             sub.fulfilled = True
+            sub.claim = self._claim(sub, dict(sub.offered or {}))
         if sub.pending:
             if rng.random() < 0.5:
                 self._ask(out, sub, 1)
@@ -656,11 +674,11 @@ class AgendaUser:
             self.spoken[key] = spoken
         return spoken
 
-    def _reply(self, out: list, end: bool) -> UserReply:
+    def _reply(self, out: list, end: bool, slips: bool = True) -> UserReply:
         if end:
             self.ended = True
         noisy = out
-        if self.noise is not None and out:
+        if self.noise is not None and out and slips:
             noisy, repair = self.noise.corrupt(out, self, self.rng)
             if repair:
                 self.repair = repair

@@ -7,7 +7,7 @@ from typing import Any, Awaitable, Protocol
 import msgspec
 
 from ..engine.events import AgentTurn, Frame, Outcome
-from ..scenarios.base import EpisodeContext
+from ..scenarios.base import Claim, EpisodeContext
 
 
 class UserReply(msgspec.Struct, kw_only=True):
@@ -26,6 +26,7 @@ class Verdict(msgspec.Struct, kw_only=True):
     outcome: Outcome
     reason: str = ""
     reward: dict[str, Any] = {}
+    claims: list[Claim] = []  # on success: what the user believes was done, for the scenario set's judge
 
 
 class User(Protocol):

@@ -18,8 +18,8 @@ from typing import Any, Callable, Iterable
 import msgspec
 
 from ...engine.errors import UserError
-from .mine import Miner, iter_dialogues
-from .pack import FORMAT, MANIFEST, VERSION, _read, is_pack_dir
+from .mine import Miner, check_dialogue, iter_dialogues
+from .pack import FORMAT, MANIFEST, VERSION, is_pack_dir
 from .schema import ServiceSchema, load_schemas
 from .pairs import order_dates, slot_pairs
 from .values import _kind, generate, value_kind
@@ -52,6 +52,21 @@ def _dialogue_files(dirs: Iterable[str | Path]) -> list[Path]:
         else:
             raise UserError(f"{d}: no such dialogue directory or file")
     return files
+
+
+def _read_dialogues(path: Path) -> Any:
+    """A decoded dialogues_NNN.json; a truncated or malformed one is a UserError saying where it breaks."""
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise UserError(f"{path}: cannot read the dialogue file ({exc.strerror or exc})") from None
+    try:
+        return msgspec.json.decode(raw)
+    except msgspec.DecodeError as exc:
+        detail = str(exc)
+        if "truncated" in detail:
+            detail = f"the JSON stops unfinished at byte {len(raw)} (a truncated file?)"
+        raise UserError(f"{path}: not a valid JSON dialogue file: {detail}") from None
 
 
 def _merge_schemas(paths: Iterable[str | Path]) -> tuple[list[dict[str, Any]], list[str]]:
@@ -88,10 +103,8 @@ def build_pack(dialogue_dirs: Iterable[str | Path], schema_paths: Iterable[str |
     miner = Miner(services)
     for f in (progress(files) if progress else files):
         where = str(f)
-        for d in iter_dialogues(_read(f), where):
-            for svc in d.get("services", []):
-                if svc not in services:
-                    raise UserError(f"{where}: dialogue {d.get('dialogue_id', '?')}: service {svc!r} is not in the schemas")
+        for d in iter_dialogues(_read_dialogues(f), where):
+            check_dialogue(d, services, where)
             miner.add(d, where)
     entities, generated = _entities(miner, services)
     spoken, glob = miner.spoken_out()

@@ -6,7 +6,8 @@ A goal is JSON-able::
      "subgoals": [{
         "service": str, "intent": str,
         "constraints": {slot: canonical},   # what the user states (required slots and optional ones they care about)
-        "optional": {slot: canonical},      # optional-slot values the user gives only when asked (else the default)
+        "optional": {slot: canonical},      # values the user gives only when asked: optional slots (else the default),
+                                            # and a transaction's carried-over required slots (should carrying fail)
         "requested": [slot, ...],           # result slots the user asks about once offered/booked
         "relax": [[slot, canonical_or_"dontcare"], ...],  # changes applied in order after nothing matches / a failure
         "feasible": bool,                   # can the constraints as first stated be met (transactions: modulo random failure)
@@ -361,7 +362,7 @@ def _ahead(pack: Pack, svc: ServiceSchema, intent: IntentSchema, nxt: tuple[Serv
 
 
 def _txn_subgoal(pack: Pack, svc: ServiceSchema, intent: IntentSchema, rng: random.Random,
-                 link: dict[str, str]) -> dict[str, Any]:
+                 link: dict[str, str], known: dict[str, str] | None = None) -> dict[str, Any]:
     # a stand-alone booking names a real entity, so its identity columns come from one row
     entity: dict[str, str] = {}
     memo = _memo(pack)
@@ -379,6 +380,10 @@ def _txn_subgoal(pack: Pack, svc: ServiceSchema, intent: IntentSchema, rng: rand
     _, _, _, required, optional_items = _spec(pack, svc, intent)
     for slot in required:
         if slot in link:
+            # carried over; a concrete value of its own (the likely one) for when the user cannot carry it
+            v = (known or {}).get(link[slot]) or _value(pack, svc.name, slot, rng)
+            if v:
+                optional[slot] = v
             continue
         v = entity.get(slot) if slot not in echo else None
         v = v or _value(pack, svc.name, slot, rng)
@@ -500,7 +505,7 @@ def sample_goal(pack: Pack, rng: random.Random, services: list[str] | None = Non
             state = {}
         link = links[k]
         if intent.is_transactional:
-            subgoals.append(_txn_subgoal(pack, svc, intent, rng, link))
+            subgoals.append(_txn_subgoal(pack, svc, intent, rng, link, known))
         else:
             nxt = steps[k + 1] if k + 1 < len(steps) else None
             ahead = _ahead(pack, svc, intent, nxt, links[k + 1] if nxt else {})
@@ -515,7 +520,8 @@ def sample_goal(pack: Pack, rng: random.Random, services: list[str] | None = Non
         _fix_pairs(pack, svc, intent, last, known, rng)
         linked = {s: known[ps] for s, ps in last["from_previous"].items() if ps in known}
         sure = set(last["constraints"]) | {s for s, ps in last["from_previous"].items() if ps in sure}
-        known = {**(last["entity"] or {}), **last["constraints"], **linked}
+        # a booking's likely values include those of the entity the search before it found
+        known = {**(last["entity"] or (known if last["from_previous"] else {})), **last["constraints"], **linked}
         state.update(linked)
         state.update(last["constraints"])
     return {"services": order, "subgoals": subgoals}

@@ -18,8 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from ...engine.errors import UserError
-from ..base import Scenario, ToolSpec
+from ..base import Call, Claim, Scenario, ToolSpec
 from .goals import sample_goal
+from .judge import goal_claims, unbacked
 from .pack import Pack, load_pack
 from .world import SgdWorld
 
@@ -81,6 +82,11 @@ class SgdScenarioSet:
     def world(self, scenario: Scenario, rng: random.Random) -> SgdWorld:
         """A fresh world for one episode (the pack's tables are shared, read-only)."""
         return SgdWorld(self.pack, rng, failure_rate=self.failure_rate)
+
+    def judge(self, scenario: Scenario, claims: list[Claim], calls: list[Call]) -> str | None:
+        """Why the episode's calls do not back the user's claimed success (see judge.py), or None."""
+        schemas = scenario.data.get("schemas") or {}
+        return unbacked(claims or goal_claims(scenario.data.get("goal") or {}, schemas), calls, schemas)
 
     def tools(self, scenario: Scenario) -> list[ToolSpec]:
         """The tools of every intent of the goal's services."""

@@ -1,6 +1,7 @@
 """The simulated SGD backend: searches filter a pack's entity tables, transactions succeed or fail.
 
-Search semantics follow SGD: every required slot must be given; optional slots not given take the schema
+Search semantics follow SGD: every required slot must be given (a transaction's with a value, never
+"dontcare": nobody books a table at any restaurant); optional slots not given take the schema
 default ("dontcare" or "" = any value); a value "dontcare" matches anything; values are canonical and
 compared case-insensitively. Slots a search only echoes (party sizes, dates; mined per intent) never
 filter: the result rows carry the requested value. A transaction is impossible when it names an entity
@@ -106,6 +107,8 @@ class SgdWorld:
         for slot in required:
             if not parameters.get(slot):
                 return None, f"{service}.{method}: missing required slot {slot!r}"
+            if transactional and parameters[slot] == "dontcare":
+                return None, f"{service}.{method}: required slot {slot!r} needs a value, not 'dontcare', to be booked"
         for slot, value in parameters.items():
             if slot not in allowed:
                 return None, f"{service}.{method}: {slot!r} is not a parameter of this intent"

@@ -66,6 +66,21 @@ def test_goals_are_well_formed_and_json_able(pack, goals):
                 assert set(sg["from_previous"].values()) <= sources
 
 
+def test_every_required_slot_of_a_transaction_has_a_concrete_value(pack, goals):
+    """A booking's required slots are stated, or carried over with a value of their own should carrying fail."""
+    carried = 0
+    for goal in goals:
+        for sg in goal["subgoals"]:
+            intent = pack.service(sg["service"]).intents[sg["intent"]]
+            if not intent.is_transactional:
+                continue
+            for slot in intent.required_slots:
+                value = sg["constraints"].get(slot) or sg["optional"].get(slot)
+                assert value and value != "dontcare", (sg, slot)
+                carried += slot in sg["from_previous"]
+    assert carried > 100
+
+
 def test_feasible_searches_succeed_on_their_entity(pack, goals):
     """Constraints of a feasible, unlinked search come from a real entity: the world finds that entity."""
     checked = 0

@@ -134,6 +134,71 @@ def test_build_errors_leave_no_partial_pack(tmp_path):
     assert _no_leftovers(tmp_path, "out")
 
 
+def _spoilt(tmp_path: Path, spoil) -> Path:
+    """A copy of the small fixture's dialogues with ``spoil(dialogues)`` applied, in its own directory."""
+    dialogues = json.loads((SMALL / "dialogues_001.json").read_text())
+    spoil(dialogues)
+    where = tmp_path / "spoilt"
+    where.mkdir(exist_ok=True)
+    (where / "dialogues_003.json").write_text(json.dumps(dialogues))
+    return where
+
+
+def _frame(dialogues, turn: int = 2) -> dict:
+    return dialogues[0]["turns"][turn]["frames"][0]
+
+
+@pytest.mark.parametrize("spoil, element", [
+    (lambda d: _frame(d)["actions"][0].update(slot="foo"),
+     "slot 'foo' (in INFORM) is not a slot of service Restaurants_2"),
+    (lambda d: _frame(d)["slots"][0].update(slot="foo"), "slot 'foo' (span) is not a slot of service Restaurants_2"),
+    (lambda d: _frame(d)["state"]["slot_values"].update(foo=["x"]),
+     "slot 'foo' (state) is not a slot of service Restaurants_2"),
+    (lambda d: _frame(d)["state"].update(active_intent="BookTable"),
+     "intent 'BookTable' (active intent) is not an intent of service Restaurants_2"),
+    (lambda d: _frame(d)["actions"].append({"act": "INFORM_INTENT", "slot": "intent", "values": ["BookTable"]}),
+     "intent 'BookTable' (in INFORM_INTENT) is not an intent of service Restaurants_2"),
+    (lambda d: _frame(d).update(service="Nowhere_9"), "service 'Nowhere_9' is not in the schemas"),
+    (lambda d: _frame(d).update(service_call={"method": "FindRestaurants", "parameters": {"foo": "x"}}),
+     "slot 'foo' (service call) is not a slot of service Restaurants_2"),
+    (lambda d: _frame(d).update(actions={"act": "INFORM"}), "expected 'actions' to be a list of objects"),
+])
+def test_dialogues_outside_the_schemas_name_file_dialogue_turn_and_element(tmp_path, spoil, element):
+    """A slot, intent or service the schemas lack fails the build with one line naming where, no pack left."""
+    bad = _spoilt(tmp_path, spoil)
+    with pytest.raises(UserError) as err:
+        build_pack([bad], [SMALL / "schema.json"], tmp_path / "out")
+    assert str(err.value) == f"{bad / 'dialogues_003.json'}: dialogue 1_00000 turn 2: {element}"
+    assert _no_leftovers(tmp_path, "out")
+
+
+def test_a_truncated_dialogue_file_says_so(tmp_path):
+    """A dialogue file cut short is named with where its JSON stops; malformed JSON says what is wrong."""
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    text = (SMALL / "dialogues_001.json").read_text()[:5000]
+    (bad / "dialogues_001.json").write_text(text)
+    with pytest.raises(UserError) as err:
+        build_pack([bad], [SMALL / "schema.json"], tmp_path / "out")
+    assert str(err.value) == (f"{bad / 'dialogues_001.json'}: not a valid JSON dialogue file: the JSON stops "
+                              f"unfinished at byte {len(text.encode())} (a truncated file?)")
+    (bad / "dialogues_001.json").write_text('[{"dialogue_id": "x", "turns": [}]')
+    with pytest.raises(UserError, match=r"dialogues_001\.json: not a valid JSON dialogue file: .*malformed.*byte"):
+        build_pack([bad], [SMALL / "schema.json"], tmp_path / "out")
+    assert _no_leftovers(tmp_path, "out")
+
+
+def test_cli_pack_build_of_a_bad_dialogue_is_one_line_and_exit_2(tmp_path, capsys):
+    """From the command line: exit status 2, one line on stderr naming the element, no traceback, no pack."""
+    bad = _spoilt(tmp_path, lambda d: _frame(d)["actions"][0].update(slot="foo"))
+    code = cli_main(["pack", "build", "--sgd", str(bad), "--schemas", str(SMALL / "schema.json"),
+                     "--out", str(tmp_path / "never"), "--no-progress"])
+    err = capsys.readouterr().err
+    assert code == 2 and not (tmp_path / "never").exists()
+    assert err.strip().count("\n") == 0 and "Traceback" not in err
+    assert "dialogues_003.json: dialogue 1_00000 turn 2: slot 'foo' (in INFORM) is not a slot of service Restaurants_2" in err
+
+
 def test_rebuild_replaces_a_pack_but_never_clobbers_other_dirs(tmp_path):
     """Building over an existing pack replaces it; over a non-pack directory is refused."""
     out = tmp_path / "pack"

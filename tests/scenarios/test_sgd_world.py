@@ -136,6 +136,22 @@ def test_transaction_success_row_and_impossible_request(pack):
     assert w.call("Restaurants_2", "ReserveRestaurant", bad) == ([], None)
 
 
+def test_a_booking_needs_a_value_for_every_required_slot(pack):
+    """A transaction with a required slot missing or "dontcare" is an error; a search may say "dontcare"."""
+    w = _world(pack, failure_rate=0.0)
+    params = _reserve_params(pack)
+    for slot in ("restaurant_name", "location", "time"):
+        got, err = w.call("Restaurants_2", "ReserveRestaurant", dict(params, **{slot: "dontcare"}))
+        assert got is None and err == (f"Restaurants_2.ReserveRestaurant: required slot {slot!r} needs a value, "
+                                       "not 'dontcare', to be booked")
+        missing = {k: v for k, v in params.items() if k != slot}
+        assert w.call("Restaurants_2", "ReserveRestaurant", missing) == (
+            None, f"Restaurants_2.ReserveRestaurant: missing required slot {slot!r}")
+    assert w.call("Restaurants_2", "ReserveRestaurant", dict(params, date="dontcare"))[1] is None  # optional
+    rows, err = w.call("Restaurants_2", "FindRestaurants", {"location": params["location"], "category": "dontcare"})
+    assert err is None and rows
+
+
 def test_transaction_failures_are_deterministic_per_rng(pack):
     """The failure share is drawn from the world's rng: same seed, same outcomes; rate 1 always fails."""
     params = _reserve_params(pack)

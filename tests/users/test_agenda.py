@@ -179,6 +179,48 @@ def test_offer_select_offer_intent_and_book(pack):
         done = user.respond(system(("REQ_MORE",)))
     assert user.verdict().outcome == "success"
     assert user.verdict().reward["informed"] == 1
+    search, book = user.verdict().claims
+    assert (search.intent, search.transactional, search.constraints) == (
+        "FindRestaurants", False, {"category": "Italian", "location": "San Jose"})
+    assert search.entity == {"restaurant_name": "Sino", "location": "San Jose"}
+    assert (book.intent, book.transactional, book.entity) == ("ReserveRestaurant", True, None)
+    assert book.constraints == {"time": "18:30", "number_of_seats": "2", "restaurant_name": "Sino",
+                                "location": "San Jose"}
+
+
+def test_an_offer_before_every_constraint_was_said_gets_the_rest_said(pack):
+    """The system offered before hearing the cuisine, and the offer does not show it: the user says the rest."""
+    user = start(pack, search_then_book(), verbosity=0.0, request_first=0.0)
+    user.respond(None)
+    reply = user.respond(system(("OFFER", "restaurant_name", ["Sino"]), ("OFFER", "location", ["San Jose"])))
+    assert sorted(acts_of(reply)) == [("INFORM", "category", ["Italian"]), ("INFORM", "location", ["San Jose"])]
+    chosen = user.respond(system(("OFFER", "restaurant_name", ["Tusk"]), ("OFFER", "category", ["Italian"])))
+    assert ("SELECT", "", []) in acts_of(chosen)
+
+
+def test_a_ride_after_a_booking_goes_to_the_place_the_search_found(pack):
+    """Search, book, then a ride there: the destination comes from the search's offer, not "dontcare"."""
+    goal = search_then_book()
+    goal["services"].append("RideSharing_1")
+    goal["subgoals"].append({"service": "RideSharing_1", "intent": "GetRide",
+                             "constraints": {"number_of_riders": "2", "shared_ride": "False"}, "optional": {},
+                             "requested": [], "relax": [], "feasible": True, "from_previous": {"destination": "address"}})
+    goal["subgoals"][0]["requested"] = []
+    user = start(pack, goal, verbosity=0.0, alts_rate=0.0, request_first=0.0)
+    user.respond(None)
+    offer = system(("OFFER", "restaurant_name", ["Sino"]), ("OFFER", "address", ["377 Santana Row"]))
+    assert ("SELECT", "", []) not in acts_of(user.respond(offer))  # it says the cuisine and place first
+    chosen = user.respond(offer)
+    assert ("SELECT", "", []) in acts_of(chosen)
+    if ("INFORM_INTENT", "intent", ["ReserveRestaurant"]) not in acts_of(chosen):
+        user.respond(system(("OFFER_INTENT", "intent", ["ReserveRestaurant"])))
+    assert acts_of(user.respond(system(("CONFIRM", "restaurant_name", ["Sino"]), ("CONFIRM", "time", ["18:30"])))) == [
+        ("AFFIRM", "", [])]
+    reply = user.respond(system(("NOTIFY_SUCCESS",)))
+    while ("INFORM_INTENT", "intent", ["GetRide"]) not in acts_of(reply):
+        reply = user.respond(system(("REQ_MORE",)))
+    asked = user.respond(system(("REQUEST", "destination"), service="RideSharing_1"))
+    assert ("INFORM", "destination", ["377 Santana Row"]) in acts_of(asked)
 
 
 def test_unwanted_intent_offer_is_negated(pack):
