@@ -10,10 +10,14 @@ users that send only text (LLM users, HTTP clients).
 
 from __future__ import annotations
 
+import heapq
+import math
 import re
+import weakref
 from typing import Any
 
 from ..engine.events import Act, SlotSpan
+from ..scenarios.sgd.nlg import builtin_template
 
 _WEAK = {"has", "the", "number", "name", "type", "date", "time"}  # words of slot names that say little alone
 _WORD = re.compile(r"[a-z0-9]+")
@@ -60,6 +64,145 @@ def _stem(word: str) -> str:
 
 def _camel_words(name: str) -> set[str]:
     return {_stem(w.lower()) for w in re.findall(r"[A-Z][a-z]*|[a-z]+", name)}
+
+
+_FEAT = re.compile(r"[a-z]+|[0-9]+|#")
+_SENTENCE = re.compile(r"(?<=[.?!])\s+")
+_TOKEN = re.compile(r"^(\w+)(?:\(([^=*)]*)(?:=([^)]*)|\*(\w+))?\))?$")  # ACT, ACT(slot), ACT(slot=v), ACT(slot*n)
+_VOTERS = 5  # how many nearest templates vote on the intent meant
+_NEAR = 0.5  # the least similarity at which a template is trusted over the word rules
+_SLOTLESS = ("AFFIRM", "NEGATE", "SELECT", "REQUEST_ALTS", "THANK_YOU", "GOODBYE", "AFFIRM_INTENT", "NEGATE_INTENT")
+
+
+def _features(text: str) -> set[str]:
+    """Words and word pairs of a lower-cased text whose values were replaced by "#"."""
+    words = _FEAT.findall(text)
+    return set(words) | {a + " " + b for a, b in zip(words, words[1:])}
+
+
+def _text(template: list) -> str:
+    return "".join(p if type(p) is str else "#" for p in template).lower()
+
+
+def _holes(tokens: tuple[str, ...], template: list) -> tuple[str, ...]:
+    """The slot of each value placeholder of a template, in the order the template says them
+    (its ints index the values of its tokens in token order; "*" for a slot-generic one)."""
+    values: list[str] = []
+    for tok in tokens:
+        m = _TOKEN.match(tok)
+        if m is None or not m.group(2) or m.group(3) is not None and m.group(2) != "*":
+            continue
+        n = m.group(4)
+        values += [m.group(2)] * (int(n) if n and n.isdigit() else 1)
+    return tuple(values[p] if p < len(values) else "*" for p in template if type(p) is int)
+
+
+class _Bank:
+    """User templates of one service as idf-weighted features: ``best`` finds the nearest one (cosine)."""
+
+    def __init__(self, entries: list[tuple[tuple[str, ...], list]]) -> None:
+        docs: dict[tuple[frozenset[str], tuple[str, ...], tuple[str, ...]], None] = {}
+        for tokens, template in entries:
+            feats = frozenset(_features(_text(template)))
+            if feats:
+                docs[(feats, tokens, _holes(tokens, template),
+                      tuple(p.lower() for p in template if type(p) is str) if len(template) > 1 else None)] = None
+        self.docs = list(docs)  # (features, act tokens, value slots in text order, literal parts if any value)
+        df: dict[str, int] = {}
+        for feats, *_ in self.docs:
+            for f in feats:
+                df[f] = df.get(f, 0) + 1
+        n = len(self.docs)
+        self.unknown = math.log(n + 1.0) if n else 1.0  # the weight of a feature no template has
+        self.idf = {f: math.log((n + 1.0) / c) + 0.1 for f, c in df.items()}
+        self.postings: dict[str, list[int]] = {}
+        for k, (feats, *_) in enumerate(self.docs):
+            for f in feats:
+                self.postings.setdefault(f, []).append(k)
+        self.norm = [math.sqrt(sum(self.idf[f] ** 2 for f in feats)) for feats, *_ in self.docs]
+
+    def best(self, feats: set[str], values: list[set[str]]) -> tuple[float, tuple, tuple, tuple | None]:
+        """The cosine similarity, act tokens, value slots (in text order) and literal parts of the
+        template nearest to ``feats`` (0 and empty tuples if none); of templates as near, one whose
+        value slots the found ``values`` (the slots each could fill, in text order) can fill."""
+        idf, postings = self.idf, self.postings
+        acc: dict[int, float] = {}
+        qnorm = 0.0
+        for f in feats:
+            w = idf.get(f)
+            if w is None:
+                qnorm += self.unknown ** 2
+                continue
+            qnorm += w * w
+            w2 = w * w
+            for k in postings[f]:
+                acc[k] = acc.get(k, 0.0) + w2
+        if not acc:
+            return 0.0, (), (), None
+        norm, docs = self.norm, self.docs
+        top = max(acc[j] / norm[j] for j in acc)
+
+        def fits(j: int) -> bool:
+            holes = docs[j][2]
+            return len(holes) == len(values) and all(h == "*" or h in v for h, v in zip(holes, values))
+
+        k = min((j for j in acc if acc[j] / norm[j] >= top - 1e-9), key=lambda j: (not fits(j), j))
+        tokens = docs[k][1]
+        said = next((t for t in tokens if t.startswith("INFORM_INTENT")), None)
+        if said is not None:
+            # which intent is meant is voted by the nearest few templates that name one: a single
+            # neighbour may differ by one word ("find a table" is a reservation, "find a restaurant" not)
+            votes: dict[str, float] = {}
+            for j in heapq.nlargest(_VOTERS, acc, key=lambda j: acc[j] / norm[j]):
+                for t in docs[j][1]:
+                    if t.startswith("INFORM_INTENT"):
+                        votes[t] = votes.get(t, 0.0) + acc[j] / norm[j]
+            won = max(sorted(votes), key=lambda t: votes[t])
+            tokens = tuple(won if t == said else t for t in tokens)
+        return acc[k] / (norm[k] * math.sqrt(qnorm)), tokens, docs[k][2], docs[k][3]
+
+
+_BANKS: "weakref.WeakKeyDictionary[Any, dict[str, tuple[_Bank, _Bank]]]" = weakref.WeakKeyDictionary()
+
+
+def _banks(pack: Any, name: str) -> tuple[_Bank, _Bank]:
+    """The service's template bank and the bank of its templates that name an intent (built once per pack)."""
+    per_pack = _BANKS.setdefault(pack, {})
+    got = per_pack.get(name)
+    if got is not None:
+        return got
+    realizer, schema = pack.realizer, pack.service(name)
+    intents = set(schema.intents)
+    entries: list[tuple[tuple[str, ...], list]] = []
+    for sig, tpls in realizer.signatures("USER", name).items():
+        tokens = tuple(sig.split("+"))
+        entries += [(tokens, t) for t in tpls]
+    # templates seen in several domains (AFFIRM, THANK_YOU, "# please"), and single acts of slots of the
+    # same name in other domains
+    for tok, tpls in (realizer.generic.get("USER") or {}).items():
+        m = _TOKEN.match(tok)
+        if m and (not m.group(2) or m.group(2) == "*" or (m.group(2) == "intent" and m.group(3) in intents)):
+            entries += [((tok,), t) for t in tpls]
+    for tok, sources in (realizer.by_slot.get("USER") or {}).items():
+        m = _TOKEN.match(tok)
+        if m and (m.group(2) in schema.slots or (m.group(2) == "intent" and m.group(3) in intents)):
+            entries += [((tok,), t) for src in sorted(sources) for t in sources[src]]
+    # the schema-phrased sentences users fall back on ("Any city is fine.", "Make sure pets are allowed.")
+    for act in _SLOTLESS:
+        entries.append(((act,), builtin_template("USER", schema, Act(act=act))))
+    for intent in sorted(intents):
+        entries.append(((f"INFORM_INTENT(intent={intent})",),
+                        builtin_template("USER", schema, Act(act="INFORM_INTENT", slot="intent", values=[intent]))))
+    for slot, spec in schema.slots.items():
+        entries.append(((f"REQUEST({slot})",), builtin_template("USER", schema, Act(act="REQUEST", slot=slot))))
+        values = ["dontcare"] + (["True", "False"] if set(spec.possible_values) == {"True", "False"} else ["x"])
+        for v in values:
+            tok = f"INFORM({slot})" if v == "x" else f"INFORM({slot}={v})"
+            entries.append(((tok,), builtin_template("USER", schema, Act(act="INFORM", slot=slot, values=[v]))))
+    full = _Bank(entries)
+    named = _Bank([e for e in entries if any(t.startswith("INFORM_INTENT") for t in e[0])])
+    per_pack[name] = (full, named)
+    return full, named
 
 
 class ValueMatcher:
@@ -134,7 +277,115 @@ class ValueMatcher:
         """The acts of ``text`` (a user turn), given the current service/intent and the agent's last acts.
 
         When ``spans`` is given, the (service, span) of every non-categorical value found is appended to it.
+        The acts are those of the nearest user template (whole text, else sentence by sentence), their
+        values found by matching; a text no template is near enough to is read by the older word rules.
         """
+        low = text.lower()
+        found: dict[str, list[tuple[int, int, list[tuple[str, str]]]]] = {}
+        pieces = [(0, len(low))]
+        if len(low) > 1:
+            bounds = [m.end() for m in _SENTENCE.finditer(low)]
+            if bounds:
+                starts = [0] + bounds
+                pieces += [(a, b) for a, b in zip(starts, bounds + [len(low)]) if low[a:b].strip()]
+        names = list(self.index) if service is None else [service] + [n for n in self.index if n != service]
+        readings: list[tuple] = []  # per piece: (score, service, act tokens, value slots, piece, literals)
+        for a, b in pieces:
+            best: tuple = (0.0, "", (), (), (a, b), None)
+            for name in names:
+                if name not in found:
+                    found[name] = self._find(low, name)
+                feats = _features(_delex(low, found[name], a, b))
+                values = [{o[0] for o in opts} for s, e, opts in found[name] if s >= a and e <= b]
+                full, named = _banks(self.pack, name)
+                # another service is only spoken of by naming one of its intents, and so is the first
+                score, tokens, holes, parts = (full if name == service else named).best(feats, values)
+                if name != service:
+                    score -= 0.05  # a tie stays with the service being talked about
+                if score > best[0]:
+                    best = (score, name, tokens, holes, (a, b), parts)
+            readings.append(best)
+        whole, parts = readings[0], readings[1:]
+        if len(parts) > 1 and sum(r[0] for r in parts) / len(parts) > whole[0] + 0.05:
+            chosen = parts  # a turn said as several templates, one after another
+        else:
+            chosen = [whole]
+        if min(r[0] for r in chosen) < _NEAR:
+            return self._rules(text, service, intent, last, expecting, spans)
+        tokens = [t for r in chosen for t in r[2]]
+        switched = next((r[1] for r in chosen if r[1] != service and any(t.startswith("INFORM_INTENT") for t in r[2])),
+                        None)
+        name = switched or service or chosen[0][1]
+        # a piece's values said where its template says values: the n-th value fills its n-th slot
+        fixed: dict[int, str] = {}
+        spotted = list(found[name])
+        for r in chosen:
+            a, b = r[4]
+            inside = [s for s, e, _ in found[name] if s >= a and e <= b]
+            if len(inside) == len(r[3]):
+                fixed.update((s, slot) for s, slot in zip(inside, r[3]) if slot != "*")
+            elif r[5] is not None and r[1] == name and len(inside) < len(r[3]):
+                spotted += self._unmatched(low, a, b, r[3], r[5], inside, name)
+        if len(spotted) > len(found[name]):
+            spotted.sort()
+            fixed.update((s, opts[0][0]) for s, e, opts in spotted)
+        return self._from_tokens(text, name, tokens, spotted, fixed, last, expecting, spans)
+
+    def _unmatched(self, low: str, a: int, b: int, holes: tuple, parts: tuple, inside: list[int],
+                   service: str) -> list[tuple[int, int, list[tuple[str, str]]]]:
+        """Values no surface form matched, read off where the template has them ("I am going to
+        1030 2nd Street" by "I am going to #."): said as they are, for non-categorical slots."""
+        pattern = r"\s*".join(re.escape(p.strip(" .?!,")) + ("(.+?)" if i < len(holes) else "")
+                               for i, p in enumerate(parts))
+        m = re.fullmatch(r"\W*" + pattern + r"[\s.?!,]*", low[a:b])
+        if m is None:
+            return []
+        out = []
+        for i, slot in enumerate(holes):
+            s, e = m.start(i + 1) + a, m.end(i + 1) + a
+            if slot in self.categorical[service] or slot not in self.slot_words[service] or s in inside:
+                continue
+            value = low[s:e].strip(" .?!,")
+            out.append((s, s + len(value), [(slot, value)]))
+        return out
+
+    def _from_tokens(self, text: str, service: str, tokens: list[str], found: list, fixed: dict[int, str],
+                     last: set[str], expecting: list[str],
+                     spans: list[tuple[str, SlotSpan]] | None) -> list[tuple[str, Act]]:
+        """The acts a template's tokens stand for, read in the light of the agent's last acts; the
+        slots of its value placeholders decide between the slots a found value could fill."""
+        acts: list[tuple[str, Act]] = []
+        prefer: list[str] = []
+        seen: set[tuple[str, str]] = set()
+        for tok in tokens:
+            m = _TOKEN.match(tok)
+            if m is None:
+                continue
+            act, slot, bound, many = m.group(1), m.group(2) or "", m.group(3), m.group(4)
+            if act == "INFORM" and (bound is None or slot == "*"):
+                if slot and slot != "*":
+                    prefer.append(slot)  # a value placeholder: the value comes from matching
+                continue
+            act = _in_context(act, last)
+            if (act, slot) in seen:
+                continue
+            seen.add((act, slot))
+            if act == "INFORM_INTENT" and bound:
+                acts.append((service, Act(act=act, slot="intent", values=[bound], canonical_values=[bound])))
+            elif act == "INFORM" and bound and slot in self.slot_words[service]:
+                acts.append((service, Act(act=act, slot=slot, values=[bound], canonical_values=[bound])))
+            elif act == "REQUEST" and slot in self.slot_words[service]:
+                acts.append((service, Act(act=act, slot=slot)))
+            elif not slot and act in _SLOTLESS:
+                acts.append((service, Act(act=act)))
+        informed = {a.slot for _, a in acts if a.act == "INFORM"}
+        self._pick(text, service, found, prefer + [s for s in expecting if s not in prefer], informed, acts, spans,
+                   fixed)
+        return acts
+
+    def _rules(self, text: str, service: str | None, intent: str | None, last: set[str],
+               expecting: list[str], spans: list[tuple[str, SlotSpan]] | None = None) -> list[tuple[str, Act]]:
+        """The acts of ``text`` by word rules: values, intent-name words, yes/no/thanks/bye phrases."""
         low = text.lower()
         words = {_stem(w) for w in _WORD.findall(low)}
         acts: list[tuple[str, Act]] = []
@@ -214,10 +465,10 @@ class ValueMatcher:
         out.sort()
         return out
 
-    def _values(self, text: str, low: str, service: str, expecting: list[str], acts: list[tuple[str, Act]],
-                spans: list[tuple[str, SlotSpan]] | None = None) -> None:
-        """INFORM acts for the slot values found in ``low``, ambiguous ones resolved towards ``expecting``."""
-        found: dict[str, list[tuple[str, str]]] = {}
+    def _find(self, low: str, service: str) -> list[tuple[int, int, list[tuple[str, str]]]]:
+        """The value spans in ``low`` (longest surfaces first, never overlapping), in text order, each with
+        the (slot, canonical value) pairs it could be."""
+        found: dict[tuple[int, int], list[tuple[str, str]]] = {}
         taken: list[tuple[int, int]] = []
         index = self.index.get(service, ())
         for k in self._candidates(service, low):
@@ -227,15 +478,27 @@ class ValueMatcher:
                 end = start + len(surface)
                 bounded = (start == 0 or not low[start - 1].isalnum()) and (end == len(low) or not low[end].isalnum())
                 if bounded and not any(s < end and start < e for s, e in taken if (s, e) != (start, end)):
-                    found.setdefault(f"{start}:{end}", []).append((slot, canon))
+                    found.setdefault((start, end), []).append((slot, canon))
                     taken.append((start, end))
                     break
                 start = low.find(surface, start + 1)
-        used: set[str] = set()
-        for key in sorted(found, key=lambda k: int(k.split(":")[0])):
-            options = found[key]
-            start, end = (int(x) for x in key.split(":"))
-            pick = next((o for o in options if o[0] in expecting and o[0] not in used), None)
+        return [(s, e, found[(s, e)]) for s, e in sorted(found)]
+
+    def _values(self, text: str, low: str, service: str, expecting: list[str], acts: list[tuple[str, Act]],
+                spans: list[tuple[str, SlotSpan]] | None = None) -> None:
+        """INFORM acts for the slot values found in ``low``, ambiguous ones resolved towards ``expecting``."""
+        self._pick(text, service, self._find(low, service), expecting, set(), acts, spans)
+
+    def _pick(self, text: str, service: str, found: list, prefer: list[str], used: set[str],
+              acts: list[tuple[str, Act]], spans: list[tuple[str, SlotSpan]] | None,
+              fixed: dict[int, str] | None = None) -> None:
+        """An INFORM act per found value, for its slot in ``fixed`` (by start) if it can fill it, else the
+        first slot of ``prefer`` it can fill, else any; a slot is filled once (``used``: already filled)."""
+        used = set(used)
+        for start, end, options in found:
+            want = fixed.get(start) if fixed else None
+            pick = next((o for o in options if o[0] == want and want not in used), None) if want else None
+            pick = pick or next((o for s in prefer for o in options if o[0] == s and s not in used), None)
             pick = pick or next((o for o in options if o[0] not in used), None)
             if pick is None:
                 continue
@@ -245,3 +508,25 @@ class ValueMatcher:
             if spans is not None and pick[0] not in self.categorical[service]:
                 spans.append((service, SlotSpan(slot=pick[0], start=start, exclusive_end=end)))
 
+
+def _delex(low: str, found: list, a: int, b: int) -> str:
+    """``low[a:b]`` with the values found in it replaced by "#", as the templates have them."""
+    out, pos = [], a
+    for s, e, _ in found:
+        if s >= a and e <= b:
+            out += [low[pos:s], " # "]
+            pos = e
+    out.append(low[pos:b])
+    return "".join(out)
+
+
+def _in_context(act: str, last: set[str]) -> str:
+    """A yes or no as the agent's last turn makes it: to an offered intent it takes or refuses the
+    intent, to an offer it takes the offer; an intent yes/no without an intent offer is a plain one."""
+    if "CONFIRM" in last:
+        return {"SELECT": "AFFIRM", "AFFIRM_INTENT": "AFFIRM", "NEGATE_INTENT": "NEGATE"}.get(act, act)
+    if "OFFER_INTENT" in last:
+        return {"AFFIRM": "AFFIRM_INTENT", "SELECT": "AFFIRM_INTENT", "NEGATE": "NEGATE_INTENT"}.get(act, act)
+    if "OFFER" in last:
+        return {"AFFIRM": "SELECT", "AFFIRM_INTENT": "SELECT"}.get(act, act)
+    return {"AFFIRM_INTENT": "AFFIRM", "NEGATE_INTENT": "NEGATE"}.get(act, act)

@@ -388,6 +388,13 @@ class Realizer:
                 pos += len(v) + len(lit)
         return "".join(out), spans
 
+    def signatures(self, speaker: str, service: str) -> dict[str, list[Template]]:
+        """Every mined template this service can speak with, by signature: its own bank, then its domain's."""
+        out = {sig: list(tpls) for sig, tpls in self.banks.get(speaker, {}).get(service, {}).items()}
+        for sig, tpls in self._domain_bank(speaker, service).items():
+            out.setdefault(sig, []).extend(tpls)
+        return out
+
 
 _Group = tuple  # (holes: list[(signature position, value index)], compiled templates)
 
