@@ -69,6 +69,7 @@ def _camel_words(name: str) -> set[str]:
 _FEAT = re.compile(r"[a-z]+|[0-9]+|#")
 _SENTENCE = re.compile(r"(?<=[.?!])\s+")
 _TOKEN = re.compile(r"^(\w+)(?:\(([^=*)]*)(?:=([^)]*)|\*(\w+))?\))?$")  # ACT, ACT(slot), ACT(slot=v), ACT(slot*n)
+_ONWARD = {"INFORM_INTENT", "INFORM", "REQUEST", "REQUEST_ALTS", "AFFIRM_INTENT"}
 _VOTERS = 5  # how many nearest templates vote on the intent meant
 _NEAR = 0.5  # the least similarity at which a template is trusted over the word rules
 _SLOTLESS = ("AFFIRM", "NEGATE", "SELECT", "REQUEST_ALTS", "THANK_YOU", "GOODBYE", "AFFIRM_INTENT", "NEGATE_INTENT")
@@ -101,13 +102,17 @@ class _Bank:
     """User templates of one service as idf-weighted features: ``best`` finds the nearest one (cosine)."""
 
     def __init__(self, entries: list[tuple[tuple[str, ...], list]]) -> None:
-        docs: dict[tuple[frozenset[str], tuple[str, ...], tuple[str, ...]], None] = {}
+        docs: dict[tuple, int] = {}
         for tokens, template in entries:
-            feats = frozenset(_features(_text(template)))
+            text = _text(template)
+            feats = frozenset(_features(text))
             if feats:
-                docs[(feats, tokens, _holes(tokens, template),
-                      tuple(p.lower() for p in template if type(p) is str) if len(template) > 1 else None)] = None
-        self.docs = list(docs)  # (features, act tokens, value slots in text order, literal parts if any value)
+                key = (feats, tokens, _holes(tokens, template),
+                       tuple(p.lower() for p in template if type(p) is str) if len(template) > 1 else None, text)
+                docs[key] = docs.get(key, 0) + 1
+        # (features, act tokens, value slots in text order, literal parts if any value, text)
+        self.docs = list(docs)
+        self.count = list(docs.values())  # how many templates read so: of equally near ones the commonest wins
         df: dict[str, int] = {}
         for feats, *_ in self.docs:
             for f in feats:
@@ -121,8 +126,8 @@ class _Bank:
                 self.postings.setdefault(f, []).append(k)
         self.norm = [math.sqrt(sum(self.idf[f] ** 2 for f in feats)) for feats, *_ in self.docs]
 
-    def best(self, feats: set[str], values: list[set[str]]) -> tuple[float, tuple, tuple, tuple | None]:
-        """The cosine similarity, act tokens, value slots (in text order) and literal parts of the
+    def best(self, feats: set[str], values: list[set[str]]) -> tuple[float, tuple, tuple, tuple | None, str]:
+        """The cosine similarity, act tokens, value slots (in text order), literal parts and text of the
         template nearest to ``feats`` (0 and empty tuples if none); of templates as near, one whose
         value slots the found ``values`` (the slots each could fill, in text order) can fill."""
         idf, postings = self.idf, self.postings
@@ -138,7 +143,7 @@ class _Bank:
             for k in postings[f]:
                 acc[k] = acc.get(k, 0.0) + w2
         if not acc:
-            return 0.0, (), (), None
+            return 0.0, (), (), None, ""
         norm, docs = self.norm, self.docs
         top = max(acc[j] / norm[j] for j in acc)
 
@@ -146,7 +151,9 @@ class _Bank:
             holes = docs[j][2]
             return len(holes) == len(values) and all(h == "*" or h in v for h, v in zip(holes, values))
 
-        k = min((j for j in acc if acc[j] / norm[j] >= top - 1e-9), key=lambda j: (not fits(j), j))
+        count = self.count
+        k = min((j for j in acc if acc[j] / norm[j] >= top - 1e-9),
+                key=lambda j: (not fits(j), -count[j], len(docs[j][1]), j))
         tokens = docs[k][1]
         said = next((t for t in tokens if t.startswith("INFORM_INTENT")), None)
         if said is not None:
@@ -159,7 +166,7 @@ class _Bank:
                         votes[t] = votes.get(t, 0.0) + acc[j] / norm[j]
             won = max(sorted(votes), key=lambda t: votes[t])
             tokens = tuple(won if t == said else t for t in tokens)
-        return acc[k] / (norm[k] * math.sqrt(qnorm)), tokens, docs[k][2], docs[k][3]
+        return acc[k] / (norm[k] * math.sqrt(qnorm)), tokens, docs[k][2], docs[k][3], docs[k][4]
 
 
 _BANKS: "weakref.WeakKeyDictionary[Any, dict[str, tuple[_Bank, _Bank]]]" = weakref.WeakKeyDictionary()
@@ -288,31 +295,23 @@ class ValueMatcher:
             if bounds:
                 starts = [0] + bounds
                 pieces += [(a, b) for a, b in zip(starts, bounds + [len(low)]) if low[a:b].strip()]
-        names = list(self.index) if service is None else [service] + [n for n in self.index if n != service]
-        readings: list[tuple] = []  # per piece: (score, service, act tokens, value slots, piece, literals)
-        for a, b in pieces:
-            best: tuple = (0.0, "", (), (), (a, b), None)
-            for name in names:
-                if name not in found:
-                    found[name] = self._find(low, name)
-                feats = _features(_delex(low, found[name], a, b))
-                values = [{o[0] for o in opts} for s, e, opts in found[name] if s >= a and e <= b]
-                full, named = _banks(self.pack, name)
-                # another service is only spoken of by naming one of its intents, and so is the first
-                score, tokens, holes, parts = (full if name == service else named).best(feats, values)
-                if name != service:
-                    score -= 0.05  # a tie stays with the service being talked about
-                if score > best[0]:
-                    best = (score, name, tokens, holes, (a, b), parts)
-            readings.append(best)
+        home, opening = service, ()
+        if home is None:
+            # a first turn names its service by an intent: the intent template nearest the whole turn says which
+            first = self._read(low, 0, len(low), None, found)
+            home, opening = first[1] or None, tuple(t for t in first[2] if t.startswith("INFORM_INTENT"))
+        readings = [self._read(low, a, b, home, found) for a, b in pieces]
         whole, parts = readings[0], readings[1:]
         if len(parts) > 1 and sum(r[0] for r in parts) / len(parts) > whole[0] + 0.05:
-            chosen = parts  # a turn said as several templates, one after another
+            chosen = [r for r in parts if r[0] >= _NEAR]  # a turn said as several templates, one after another
         else:
-            chosen = [whole]
-        if min(r[0] for r in chosen) < _NEAR:
+            chosen = [whole] if whole[0] >= _NEAR else []
+        if not chosen:
             return self._rules(text, service, intent, last, expecting, spans)
+        service = service or home
         tokens = [t for r in chosen for t in r[2]]
+        if not any(t.startswith("INFORM_INTENT") for t in tokens):
+            tokens += opening  # "What's the weather in X?" reads best as its values, yet it asks for the weather
         switched = next((r[1] for r in chosen if r[1] != service and any(t.startswith("INFORM_INTENT") for t in r[2])),
                         None)
         name = switched or service or chosen[0][1]
@@ -322,13 +321,20 @@ class ValueMatcher:
         for r in chosen:
             a, b = r[4]
             inside = [s for s, e, _ in found[name] if s >= a and e <= b]
+            if len(inside) > len(r[3]):
+                # more values than the template says: one its own words say is no value ("does not have
+                # adequate vegetarian options" is no vegetarian category)
+                said = f" {' '.join(_FEAT.findall(r[6]))} "
+                drop = {s for s, e, _ in found[name] if s in inside
+                        and f" {' '.join(_FEAT.findall(low[s:e]))} " in said}
+                spotted = [v for v in spotted if v[0] not in drop]
+                inside = [s for s in inside if s not in drop]
             if len(inside) == len(r[3]):
                 fixed.update((s, slot) for s, slot in zip(inside, r[3]) if slot != "*")
             elif r[5] is not None and r[1] == name and len(inside) < len(r[3]):
-                spotted += self._unmatched(low, a, b, r[3], r[5], inside, name)
-        if len(spotted) > len(found[name]):
-            spotted.sort()
-            fixed.update((s, opts[0][0]) for s, e, opts in spotted)
+                extra = self._unmatched(low, a, b, r[3], r[5], inside, name)
+                fixed.update((s, opts[0][0]) for s, e, opts in extra)
+                spotted = sorted(spotted + extra)
         return self._from_tokens(text, name, tokens, spotted, fixed, last, expecting, spans)
 
     def _unmatched(self, low: str, a: int, b: int, holes: tuple, parts: tuple, inside: list[int],
@@ -348,6 +354,23 @@ class ValueMatcher:
             value = low[s:e].strip(" .?!,")
             out.append((s, s + len(value), [(slot, value)]))
         return out
+
+    def _read(self, low: str, a: int, b: int, home: str | None, found: dict) -> tuple:
+        """The nearest template to ``low[a:b]``: (score, service, act tokens, value slots, (a, b), literal
+        parts, template text); any template of ``home``, of other services only those naming an intent."""
+        best: tuple = (0.0, "", (), (), (a, b), None, "")
+        for name in ([home] if home else []) + [n for n in self.index if n != home]:
+            if name not in found:
+                found[name] = self._find(low, name)
+            feats = _features(_delex(low, found[name], a, b))
+            values = [{o[0] for o in opts} for s, e, opts in found[name] if s >= a and e <= b]
+            full, named = _banks(self.pack, name)
+            score, tokens, holes, parts, said = (full if name == home else named).best(feats, values)
+            if name != home:
+                score -= 0.05  # a tie stays with the service being talked about
+            if score > best[0]:
+                best = (score, name, tokens, holes, (a, b), parts, said)
+        return best
 
     def _from_tokens(self, text: str, service: str, tokens: list[str], found: list, fixed: dict[int, str],
                      last: set[str], expecting: list[str],
@@ -378,6 +401,9 @@ class ValueMatcher:
                 acts.append((service, Act(act=act, slot=slot)))
             elif not slot and act in _SLOTLESS:
                 acts.append((service, Act(act=act)))
+        if any(a.act in _ONWARD for _, a in acts) or (prefer and found):
+            # a user asking for more is not leaving: a goodbye there is the template's, not the user's
+            acts = [x for x in acts if x[1].act != "GOODBYE"]
         informed = {a.slot for _, a in acts if a.act == "INFORM"}
         self._pick(text, service, found, prefer + [s for s in expecting if s not in prefer], informed, acts, spans,
                    fixed)
