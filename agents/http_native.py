@@ -9,6 +9,7 @@ dialogsim.agents.http_native docs/schemas``) and a test keeps the files in step.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import sys
@@ -23,7 +24,7 @@ from ..engine.registry import register_agent
 from ..engine.events import (Act, AgentTurn, DialogueState, Event, Frame, ToolCalled, ToolReturned, Usage,
                              UserTurn)
 from ..scenarios.base import EpisodeContext, ToolResult, ToolSpec
-from .base import AgentReply, Observation, ToolCall
+from .base import AgentReply, FaultReport, Observation, ToolCall
 from .http_client import HttpPool, HttpSettings, ProtocolError, _number, check_options
 
 PROTOCOL = "dialogsim/1"
@@ -376,14 +377,20 @@ class NativeHttpAgent:
             step=step, tools=self._tools, messages=messages, user=user_message(obs.user),
             tool_results=obs.tool_results, scenario=self._scenario, seed=self.ctx.seed))
 
-    async def respond(self, obs: Observation) -> AgentReply:
-        """POST the conversation so far and turn the answer into a reply (retrying per the settings)."""
-        ctx, f = self.ctx, self._f
+    def respond(self, obs: Observation) -> asyncio.Future[AgentReply]:
+        """POST the conversation so far: a future of the reply (retrying per the settings).
+
+        A future rather than a coroutine, so that the engine waits on the pool's answer directly,
+        without a task per request.
+        """
+        f = self._f
         body = self.request(obs)
-        started = time.perf_counter()
-        response, faults, _ = await f.pool.post(f.url, body, None, ctx.rng,
-                                                decode_response)
-        self._elapsed += time.perf_counter() - started
+        self._obs, self._sent = obs, time.perf_counter()
+        return f.pool.submit(f.url, body, None, self.ctx.rng, decode_response, self._reply)
+
+    def _reply(self, response: NativeResponse, faults: list[FaultReport], seconds: float) -> AgentReply:
+        """Turn a decoded answer into the agent's reply (run by the pool when the answer arrives)."""
+        self._elapsed += time.perf_counter() - self._sent
         if response.usage is not None:
             self._meter.add(response.usage.input_tokens, response.usage.output_tokens)
         if response.tool_calls:
@@ -392,13 +399,14 @@ class NativeHttpAgent:
             return AgentReply(tool_calls=self._last_calls, faults=faults)
         self._last_calls = []
         frames = response.frames
+        obs = self._obs
         if not frames and response.acts:
             service = obs.user.frames[0].service if obs.user.frames else ""
             frames = [Frame(service=service, actions=response.acts)]
         usage, cost = self._meter.take()
         return AgentReply(utterance=response.utterance, frames=frames, state=response.state, end=response.end,
                           usage=usage, cost=cost, action=response.action, faults=faults,
-                          latency=self._elapsed if f.measured_latency else None)
+                          latency=self._elapsed if self._f.measured_latency else None)
 
 
 class NativeAgentFactory:

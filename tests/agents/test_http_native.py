@@ -61,6 +61,16 @@ def test_every_injected_fault_is_logged_and_no_episode_is_lost():
     assert {f for _, _, f in app[INJECTED]} == set(FAULT_KIND)  # the plan exercised every fault
 
 
+def test_an_answer_that_keeps_trickling_is_not_cut_by_the_read_timeout():
+    """Body chunks 0.1 s apart, read timeout 0.3 s, the whole answer 0.8 s: read to the end, no fault."""
+    app = faulty_app(EchoAgent, "native", plan=lambda key, attempt: "drip", drip_chunks=8, drip_delay=0.1)
+    with serve_in_thread(app) as url:
+        log = run_batch(http_agent_factory(url, None, {**FAST, "read_timeout": "0.3", "total_timeout": "5"}),
+                        episodes=1)
+    assert log.outcomes() == {"e000000": "success"} and not log.of_type("fault")
+    assert len(app[INJECTED]) == app[STATS]["requests"] > 0
+
+
 def test_an_agent_that_keeps_failing_ends_its_episode_with_error_and_the_batch_completes():
     """Retries exhausted: one fault per attempt, outcome error with a reason; other episodes succeed."""
     app = faulty_app(EchoAgent, "native", plan=lambda key, attempt: None, fail_always={"e000001"})
