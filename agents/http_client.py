@@ -215,8 +215,8 @@ class _Sender:
         self.task: asyncio.Task[None] | None = None
         self.busy = False  # inside an attempt: the only place the watchdog may cancel the task
         self.start = 0.0  # perf_counter() when the attempt began
-        self.mark = 0.0  # when the answer last made progress (the start, the headers, a new body chunk)
-        self.seen = 0  # body bytes received at ``mark``
+        self.mark = 0.0  # when the watchdog last saw the answer progress (the start, the headers, body bytes)
+        self.seen = -1  # body bytes received at ``mark`` (-1: no headers yet)
         self.resp: aiohttp.ClientResponse | None = None
         self.expired = False  # the watchdog cancelled this attempt for a timeout
 
@@ -363,77 +363,45 @@ class HttpPool:
                 await wake
                 continue
             job = jobs.popleft()
-            if not job.future.done():  # a cancelled job is dropped
-                await self._try(job, me)
+            future = job.future
+            if future.done():  # cancelled while queued
+                continue
+            try:
+                value, seconds = await self._attempt(job, me)
+            except _Fatal as exc:
+                job.faults.append(exc.fault)
+                log.warning("agent request failed, not retryable", kind=exc.fault.kind, detail=exc.fault.detail)
+                _fail(future, AgentFailure(f"agent request failed: {exc.fault.detail}", job.faults))
+                continue
+            except _Retryable as exc:
+                self._retry(job, exc)
+                continue
+            if future.done():
+                continue
+            try:
+                result = (value, job.faults, seconds) if job.finish is None else job.finish(value, job.faults, seconds)
+            except Exception as exc:  # the agent's own bug: its episode reports it
+                future.set_exception(exc)
+            else:
+                future.set_result(result)
 
-    async def _try(self, job: _Job, me: _Sender) -> None:
-        """One attempt of ``job``: its result, its failure, or its retry scheduled after the backoff."""
-        session = self._session
-        assert session is not None
-        stats = self.stats
-        job.attempt = attempt = job.attempt + 1
-        me.start = me.mark = started = time.perf_counter()
-        if attempt == 1:
-            job.started = started
-        if not stats.attempts:
-            stats.first = started
-        stats.attempts += 1
-        stats.in_flight += 1
-        if stats.in_flight > stats.peak:
-            stats.peak = stats.in_flight
-        me.resp, me.seen, me.expired, me.busy = None, 0, False, True
-        try:
-            try:
-                data = await self._attempt(session, job.url, job.body, job.headers, attempt, me)
-            except asyncio.CancelledError:
-                task = me.task
-                if not me.expired or task is None or task.uncancel() > 0:
-                    job.future.cancel()  # the pool is closing: nobody will answer this job
-                    raise
-                raise self._timed_out(attempt) from None
-            finally:
-                me.busy, me.resp = False, None
-                stats.in_flight -= 1
-                stats.last = time.perf_counter()
-                stats.busy += stats.last - started
-            try:
-                value = job.decode(data)
-            except ProtocolError as exc:
-                raise _Retryable(FaultReport(kind="protocol", detail=self._scrub(str(exc)),
-                                             attempt=attempt)) from None
-        except _Fatal as exc:
-            job.faults.append(exc.fault)
-            log.warning("agent request failed, not retryable", kind=exc.fault.kind, detail=exc.fault.detail)
-            _fail(job.future, AgentFailure(f"agent request failed: {exc.fault.detail}", job.faults))
+    def _retry(self, job: _Job, exc: _Retryable) -> None:
+        """Record a retryable fault; fail the job when it was the last attempt, else requeue it after the backoff."""
+        job.faults.append(exc.fault)
+        attempts = self.settings.retries + 1
+        if job.attempt >= attempts:
+            log.warning("agent request failed, retries exhausted", kind=exc.fault.kind, detail=exc.fault.detail,
+                        attempts=attempts)
+            _fail(job.future, AgentFailure(f"agent request failed after {attempts} attempts: {exc.fault.detail}",
+                                           job.faults))
             return
-        except _Retryable as exc:
-            job.faults.append(exc.fault)
-            attempts = self.settings.retries + 1
-            if attempt >= attempts:
-                log.warning("agent request failed, retries exhausted", kind=exc.fault.kind,
-                            detail=exc.fault.detail, attempts=attempts)
-                _fail(job.future, AgentFailure(
-                    f"agent request failed after {attempts} attempts: {exc.fault.detail}", job.faults))
-                return
-            log.debug("agent request failed, retrying", kind=exc.fault.kind, detail=exc.fault.detail,
-                      attempt=attempt)
-            if job.future.done():
-                return
-            if not isinstance(job.rng, random.Random):
-                job.rng = job.rng()
-            delay = backoff_delay(attempt, self.settings, job.rng, exc.wait or None)
-            asyncio.get_running_loop().call_later(delay, self._requeue, job)
+        log.debug("agent request failed, retrying", kind=exc.fault.kind, detail=exc.fault.detail, attempt=job.attempt)
+        if job.future.done():
             return
-        future = job.future
-        if future.done():
-            return
-        try:
-            seconds = time.perf_counter() - started
-            result = (value, job.faults, seconds) if job.finish is None else job.finish(value, job.faults, seconds)
-        except Exception as exc:  # the agent's own bug: its episode reports it
-            future.set_exception(exc)
-        else:
-            future.set_result(result)
+        if not isinstance(job.rng, random.Random):
+            job.rng = job.rng()
+        delay = backoff_delay(job.attempt, self.settings, job.rng, exc.wait or None)
+        asyncio.get_running_loop().call_later(delay, self._requeue, job)
 
     def _requeue(self, job: _Job) -> None:
         if job.future.done():
@@ -460,19 +428,31 @@ class HttpPool:
                 if not s.busy or s.expired:
                     continue
                 resp = s.resp
-                if resp is not None and resp.content.total_bytes != s.seen:
+                if resp is not None and resp.content.total_bytes != s.seen:  # headers or body bytes came
                     s.seen, s.mark = resp.content.total_bytes, t
                 if t - s.start >= total or t - s.mark >= read:
                     s.expired = True
                     assert s.task is not None
                     s.task.cancel()
 
-    async def _attempt(self, session: aiohttp.ClientSession, url: str, body: bytes,
-                       headers: Mapping[str, str] | None, attempt: int, me: _Sender) -> bytes:
-        cap = self.settings.max_response_bytes
+    async def _attempt(self, job: _Job, me: _Sender) -> tuple[Any, float]:
+        """One attempt of ``job`` by sender ``me``: the decoded answer and the attempt's seconds, or
+        _Retryable/_Fatal with its fault."""
+        session, stats = self._session, self.stats
+        assert session is not None
+        job.attempt = attempt = job.attempt + 1
+        me.start = me.mark = started = time.perf_counter()
+        if not stats.attempts:
+            stats.first = started
+        stats.attempts += 1
+        stats.in_flight += 1
+        if stats.in_flight > stats.peak:
+            stats.peak = stats.in_flight
+        me.resp, me.seen, me.expired, me.busy = None, -1, False, True
+        url, cap = job.url, self.settings.max_response_bytes
         try:
-            async with session.post(url, data=body, headers=headers, allow_redirects=False) as resp:
-                me.resp, me.mark = resp, time.perf_counter()
+            async with session.post(url, data=job.body, headers=job.headers, allow_redirects=False) as resp:
+                me.resp = resp
                 if resp.status >= 300:
                     # Drain a little so the connection can be reused; the body is never put in the detail.
                     detail = f"HTTP {resp.status} from {_safe_url(url)}"
@@ -486,16 +466,23 @@ class HttpPool:
                     raise _Retryable(FaultReport(kind="limit", attempt=attempt, detail=(
                         f"response of {length} bytes exceeds max_response_bytes={cap}")))
                 if length is not None and resp.headers.get("Content-Encoding", "identity") == "identity":
-                    return await resp.read()  # the declared length is within the cap: one read
-                buf = bytearray()
-                async for chunk in resp.content.iter_chunked(65536):
-                    buf.extend(chunk)
-                    if len(buf) > cap:
-                        raise _Retryable(FaultReport(kind="limit", attempt=attempt, detail=(
-                            f"response exceeds max_response_bytes={cap}")))
-                return bytes(buf)
+                    data = await resp.read()  # the declared length is within the cap: one read
+                else:
+                    buf = bytearray()
+                    async for chunk in resp.content.iter_chunked(65536):
+                        buf.extend(chunk)
+                        if len(buf) > cap:
+                            raise _Retryable(FaultReport(kind="limit", attempt=attempt, detail=(
+                                f"response exceeds max_response_bytes={cap}")))
+                    data = bytes(buf)
         except (_Retryable, _Fatal):
             raise
+        except asyncio.CancelledError:
+            task = me.task
+            if not me.expired or task is None or task.uncancel() > 0:
+                job.future.cancel()  # the pool is closing: nobody will answer this job
+                raise
+            raise self._timed_out(attempt) from None
         except asyncio.TimeoutError:  # aiohttp's connect timeout
             raise self._timed_out(attempt) from None
         except aiohttp.ClientSSLError as exc:
@@ -505,6 +492,15 @@ class HttpPool:
         except (aiohttp.ClientError, OSError) as exc:
             detail = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
             raise _Retryable(FaultReport(kind="exception", detail=self._scrub(detail), attempt=attempt)) from None
+        finally:
+            me.busy, me.resp = False, None
+            stats.in_flight -= 1
+            stats.last = ended = time.perf_counter()
+            stats.busy += ended - started
+        try:
+            return job.decode(data), ended - started
+        except ProtocolError as exc:
+            raise _Retryable(FaultReport(kind="protocol", detail=self._scrub(str(exc)), attempt=attempt)) from None
 
 
 def _fail(future: asyncio.Future[Any], exc: BaseException) -> None:

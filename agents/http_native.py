@@ -126,7 +126,7 @@ class _WireRequest(msgspec.Struct, kw_only=True):
     step: int
     tools: msgspec.Raw
     messages: list[msgspec.Raw]
-    user: UserMessage
+    user: msgspec.Raw
     tool_results: list[ToolResult]
     scenario: msgspec.Raw
     seed: int | None
@@ -234,14 +234,19 @@ class Transcript:
         self.count = 0  # history events consumed
         self.last: Event | None = None  # the last of them, to notice a history that is not ours
         self.raw: list[msgspec.Raw] = []
+        self.user_raw: msgspec.Raw | None = None  # the encoding of the last user turn seen, for ``user``
+        self.user: UserTurn | None = None
         self.calls_since_user = 0
         self.users: set[int] = set()
         self.called: set[str] = set()
         self.returned: set[str] = set()
 
     def messages(self, history: list[Event], user: UserTurn, tool_results: list[ToolResult],
-                 last_calls: list[ToolCall]) -> tuple[list[msgspec.Raw], int]:
-        """The encoded messages of ``history_messages`` and the request's ``step``."""
+                 last_calls: list[ToolCall]) -> tuple[list[msgspec.Raw], int, msgspec.Raw]:
+        """The encoded messages of ``history_messages``, the request's ``step`` and the encoded ``user``.
+
+        The list returned may be this transcript's own: encode it before the next call.
+        """
         n = self.count
         if len(history) < n or (n and history[n - 1] is not self.last):
             self.reset()
@@ -251,17 +256,22 @@ class Transcript:
             m = event_message(event)
             if m is None:
                 continue
+            raw = msgspec.Raw(encode(m))
             if isinstance(m, UserMessage):
                 self.users.add(m.turn)
                 self.calls_since_user = 0
+                self.user, self.user_raw = event, raw
             elif isinstance(m, ToolCallMessage):
                 self.called.add(m.call_id)
                 self.calls_since_user += 1
             elif isinstance(m, ToolResultMessage):
                 self.returned.add(m.call_id)
-            self.raw.append(msgspec.Raw(encode(m)))
+            self.raw.append(raw)
         self.count = len(history)
         self.last = history[-1] if history else None
+        user_raw = self.user_raw if user is self.user else msgspec.Raw(encode(user_message(user)))
+        if not tool_results and user.turn in self.users:
+            return self.raw, self.calls_since_user, user_raw  # the usual case: the history holds it all
         extra = _missing(user, tool_results, last_calls, self.users, self.called, self.returned)
         step = self.calls_since_user
         for m in extra:
@@ -269,7 +279,7 @@ class Transcript:
                 step = 0
             elif isinstance(m, ToolCallMessage):
                 step += 1
-        return self.raw + [msgspec.Raw(encode(m)) for m in extra], step
+        return self.raw + [msgspec.Raw(encode(m)) for m in extra], step, user_raw
 
 
 def calls_this_turn(messages: list[Message]) -> int:
@@ -371,10 +381,10 @@ class NativeHttpAgent:
         turn_index = obs.user.turn + 1
         if turn_index != self._turn:
             self._turn, self._elapsed = turn_index, 0.0
-        messages, step = self._transcript.messages(obs.history, obs.user, obs.tool_results, self._last_calls)
+        messages, step, user = self._transcript.messages(obs.history, obs.user, obs.tool_results, self._last_calls)
         return _request_encoder.encode(_WireRequest(
             protocol=PROTOCOL, episode_id=self.ctx.episode_id, turn_index=turn_index,
-            step=step, tools=self._tools, messages=messages, user=user_message(obs.user),
+            step=step, tools=self._tools, messages=messages, user=user,
             tool_results=obs.tool_results, scenario=self._scenario, seed=self.ctx.seed))
 
     def respond(self, obs: Observation) -> asyncio.Future[AgentReply]:
@@ -385,12 +395,15 @@ class NativeHttpAgent:
         """
         f = self._f
         body = self.request(obs)
-        self._obs, self._sent = obs, time.perf_counter()
+        self._obs = obs
+        if f.measured_latency:
+            self._sent = time.perf_counter()
         return f.pool.submit(f.url, body, None, self.ctx.rng, decode_response, self._reply)
 
     def _reply(self, response: NativeResponse, faults: list[FaultReport], seconds: float) -> AgentReply:
         """Turn a decoded answer into the agent's reply (run by the pool when the answer arrives)."""
-        self._elapsed += time.perf_counter() - self._sent
+        if self._f.measured_latency:
+            self._elapsed += time.perf_counter() - self._sent
         if response.usage is not None:
             self._meter.add(response.usage.input_tokens, response.usage.output_tokens)
         if response.tool_calls:

@@ -284,8 +284,9 @@ def test_tls_certificates_are_verified_by_default(tmp_path):
 
 def test_the_incremental_transcript_equals_the_messages_built_from_scratch():
     """Request by request through an episode (with tool steps and a foreign history), the cached
-    encoding decodes to exactly history_messages."""
-    from dialogsim.agents.http_native import Message, Transcript, calls_this_turn, history_messages
+    encoding decodes to exactly history_messages, and the user turn's to exactly its message."""
+    from dialogsim.agents.http_native import (Message, Transcript, UserMessage, calls_this_turn, history_messages,
+                                              user_message)
     from dialogsim.agents.base import ToolCall
     from dialogsim.engine.events import AgentTurn, UserTurn
     from dialogsim.scenarios.base import ToolResult
@@ -304,10 +305,11 @@ def test_the_incremental_transcript_equals_the_messages_built_from_scratch():
              ([u0, c1, r1, a1, u2], u2, [], []), ([u2], u2, [], [])]
     t = Transcript()
     for history, user, res, last in steps:
-        raw, step = t.messages(history, user, res, last)
+        raw, step, user_raw = t.messages(history, user, res, last)
         got = msgspec.json.decode(b"[" + b",".join(bytes(r) for r in raw) + b"]", type=list[Message])
         want = history_messages(history, user, res, last)
         assert got == want and step == calls_this_turn(want)
+        assert msgspec.json.decode(user_raw, type=UserMessage) == user_message(user)
 
 
 def test_measured_latency_replaces_the_latency_model_only_when_asked():
