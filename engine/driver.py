@@ -85,6 +85,7 @@ class Driver:
                             await future
                         except asyncio.CancelledError:
                             if self.stop_requested:
+                                waiting[queue[0][3]] = future  # awaited below with every other call in flight
                                 raise Interrupted() from None
                             if me is not None and me.cancelling():
                                 raise  # the driver itself is being cancelled
