@@ -194,7 +194,7 @@ class PoolStats:
 class _Job:
     """One request to send until it succeeds or fails for good, and the future its result goes to."""
 
-    __slots__ = ("url", "body", "headers", "rng", "decode", "finish", "future", "faults", "attempt", "started")
+    __slots__ = ("url", "body", "headers", "rng", "decode", "finish", "future", "faults", "attempt")
 
     def __init__(self, url: str, body: bytes, headers: Mapping[str, str] | None,
                  rng: random.Random | Callable[[], random.Random], decode: Callable[[bytes], Any],
@@ -203,7 +203,6 @@ class _Job:
         self.decode, self.finish, self.future = decode, finish, future
         self.faults: list[FaultReport] = []
         self.attempt = 0
-        self.started = 0.0
 
 
 class _Sender:
