@@ -15,6 +15,7 @@ import random
 import ssl
 import time
 import urllib.parse
+from collections import deque
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, TypeVar
 
@@ -190,8 +191,46 @@ class PoolStats:
         return self.busy / span if span > 0 else float(self.peak)
 
 
+class _Job:
+    """One request to send until it succeeds or fails for good, and the future its result goes to."""
+
+    __slots__ = ("url", "body", "headers", "rng", "decode", "finish", "future", "faults", "attempt")
+
+    def __init__(self, url: str, body: bytes, headers: Mapping[str, str] | None,
+                 rng: random.Random | Callable[[], random.Random], decode: Callable[[bytes], Any],
+                 finish: Callable[[Any, list[FaultReport], float], Any] | None, future: asyncio.Future[Any]) -> None:
+        self.url, self.body, self.headers, self.rng = url, body, headers, rng
+        self.decode, self.finish, self.future = decode, finish, future
+        self.faults: list[FaultReport] = []
+        self.attempt = 0
+
+
+class _Sender:
+    """A sender task's attempt in flight, as the watchdog sees it."""
+
+    __slots__ = ("task", "busy", "start", "mark", "seen", "resp", "expired")
+
+    def __init__(self) -> None:
+        self.task: asyncio.Task[None] | None = None
+        self.busy = False  # inside an attempt: the only place the watchdog may cancel the task
+        self.start = 0.0  # perf_counter() when the attempt began
+        self.mark = 0.0  # when the watchdog last saw the answer progress (the start, the headers, body bytes)
+        self.seen = -1  # body bytes received at ``mark`` (-1: no headers yet)
+        self.resp: aiohttp.ClientResponse | None = None
+        self.expired = False  # the watchdog cancelled this attempt for a timeout
+
+
 class HttpPool:
-    """One aiohttp session and in-flight semaphore shared by all episodes of an agent factory."""
+    """One aiohttp session, ``concurrency`` sender tasks and one timeout watchdog for an agent factory.
+
+    Requests queue up and the senders take them in order, so ``concurrency`` bounds the requests in
+    flight without a task or a semaphore per request. Timeouts are enforced by one watchdog per pool
+    rather than by aiohttp's timer handles, which cost several heap operations per request (one per
+    chunk read): every ``tick`` it expires an attempt older than ``total_timeout`` or whose answer made
+    no progress for ``read_timeout`` (counted from the attempt's start until the headers arrive, then
+    between body chunks). aiohttp still bounds each new connection by ``connect_timeout``.
+    A failed attempt is retried after its backoff without holding a sender.
+    """
 
     def __init__(self, settings: HttpSettings, secrets: tuple[str, ...] = (),
                  headers: Mapping[str, str] | None = None) -> None:
@@ -202,13 +241,17 @@ class HttpPool:
         # Values that must never appear in a fault detail (API keys): scrubbed defensively.
         self._secrets = tuple(s for s in secrets if s)
         self._session: aiohttp.ClientSession | None = None
-        self._sem: asyncio.Semaphore | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._guard: asyncio.Task[None] | None = None
-        self._timeout = aiohttp.ClientTimeout(total=settings.total_timeout, sock_connect=settings.connect_timeout,
-                                              sock_read=settings.read_timeout)
+        self._jobs: deque[_Job] = deque()
+        self._idle: list[asyncio.Future[None]] = []  # wake-ups of senders waiting for a job
+        self._senders: list[_Sender] = []
+        self._watchdog: asyncio.Task[None] | None = None
+        # Finer than the shortest timeout, so that one fires at most a tenth late.
+        self._tick = max(0.001, min(settings.read_timeout, settings.total_timeout) / 10)
+        self._timeout = aiohttp.ClientTimeout(total=None, sock_connect=settings.connect_timeout, sock_read=None)
 
-    def _ensure(self) -> tuple[aiohttp.ClientSession, asyncio.Semaphore]:
+    def _ensure(self) -> asyncio.AbstractEventLoop:
         loop = asyncio.get_running_loop()
         if self._session is None or self._loop is not loop or self._session.closed:
             # A session belongs to the loop it was made in; a new loop (a second asyncio.run) gets its own.
@@ -216,11 +259,11 @@ class HttpPool:
             connector = aiohttp.TCPConnector(limit=self.settings.concurrency, limit_per_host=0, ssl=ssl_ctx)
             self._session = aiohttp.ClientSession(connector=connector, timeout=self._timeout, headers=self._headers,
                                                   auto_decompress=True, trust_env=False)
-            self._sem = asyncio.Semaphore(self.settings.concurrency)
             self._loop = loop
+            self._jobs, self._idle, self._senders = deque(), [], []
+            self._watchdog = loop.create_task(self._watch())
             self._guard = loop.create_task(self._close_at_shutdown(self._session))
-        assert self._sem is not None
-        return self._session, self._sem
+        return loop
 
     @property
     def open(self) -> bool:
@@ -239,81 +282,176 @@ class HttpPool:
         finally:
             if self._session is session:
                 self._session = None
+                self._stop_tasks()
                 await session.close()
 
+    def _stop_tasks(self) -> list[asyncio.Task[None]]:
+        """Cancel the senders and the watchdog, and every job still queued; the tasks cancelled."""
+        tasks = [s.task for s in self._senders if s.task is not None]
+        if self._watchdog is not None:
+            tasks.append(self._watchdog)
+        self._watchdog = None
+        self._senders, self._idle = [], []
+        for task in tasks:
+            task.cancel()
+        while self._jobs:
+            self._jobs.popleft().future.cancel()
+        return tasks
+
     async def aclose(self) -> None:
-        """Close the session (idempotent); the engine calls this at run end."""
+        """Stop the senders and close the session (idempotent); the engine calls this at run end."""
         session, self._session = self._session, None
         guard, self._guard = self._guard, None
         if guard is not None:
             guard.cancel()
-        if session is not None and not session.closed and self._loop is asyncio.get_running_loop():
-            await session.close()
+        tasks = self._stop_tasks()
+        if self._loop is asyncio.get_running_loop():
+            if tasks:
+                await asyncio.gather(*tasks, return_exceptions=True)
+            if session is not None and not session.closed:
+                await session.close()
 
     def _scrub(self, text: str) -> str:
         for secret in self._secrets:
             text = text.replace(secret, "***")
         return text[:500]
 
+    def submit(self, url: str, body: bytes, headers: Mapping[str, str] | None,
+               rng: random.Random | Callable[[], random.Random], decode: Callable[[bytes], T],
+               finish: Callable[[T, list[FaultReport], float], Any] | None = None) -> asyncio.Future[Any]:
+        """Queue a POST of ``body``; a future of ``finish(decoded, faults met, seconds of the good attempt)``.
+
+        ``headers`` are added to the pool's own (None: the pool's alone, the cheapest). ``decode`` turns
+        a 2xx body into a value or raises ProtocolError (a retryable fault). ``finish`` (default: the
+        tuple of its arguments) runs in the sender as soon as the answer decodes. ``rng`` (the agent's
+        stream, or a maker of it) draws the backoff jitter, only when a retry is due. The future fails
+        with ``AgentFailure`` carrying every fault when the retries are exhausted or a fault is not
+        retryable; cancelling it abandons the request.
+        """
+        loop = self._ensure()
+        future = loop.create_future()
+        self._enqueue(_Job(url, body, headers, rng, decode, finish, future))
+        return future
+
     async def post(self, url: str, body: bytes, headers: Mapping[str, str] | None,
                    rng: random.Random | Callable[[], random.Random],
                    decode: Callable[[bytes], T]) -> tuple[T, list[FaultReport], float]:
-        """POST ``body`` until a 2xx answer decodes; returns (decoded, faults met, seconds of the good attempt).
+        """``submit`` awaited: (decoded, faults met, seconds of the good attempt); raises ``AgentFailure``."""
+        return await self.submit(url, body, headers, rng, decode)
 
-        ``headers`` are added to the pool's own (None: the pool's alone, the cheapest).
-        ``rng`` (the agent's stream, or a maker of it) draws the backoff jitter, only when a retry is due.
-        Raises ``AgentFailure`` with every fault when the retries are exhausted or a fault is not retryable.
-        """
-        session, sem = self._ensure()
-        faults: list[FaultReport] = []
-        attempts = self.settings.retries + 1
-        for attempt in range(1, attempts + 1):
-            started = time.perf_counter()
+    def _enqueue(self, job: _Job) -> None:
+        self._jobs.append(job)
+        idle = self._idle
+        while idle:
+            wake = idle.pop()
+            if not wake.done():
+                wake.set_result(None)
+                return
+        if len(self._senders) < self.settings.concurrency:
+            sender = _Sender()
+            sender.task = asyncio.get_running_loop().create_task(self._send(sender))
+            self._senders.append(sender)
+
+    async def _send(self, me: _Sender) -> None:
+        """A sender: take queued jobs in order and make one attempt of each."""
+        jobs, loop = self._jobs, asyncio.get_running_loop()
+        while True:
+            if not jobs:
+                wake = loop.create_future()
+                self._idle.append(wake)
+                await wake
+                continue
+            job = jobs.popleft()
+            future = job.future
+            if future.done():  # cancelled while queued
+                continue
             try:
-                async with sem:
-                    stats = self.stats
-                    sent = time.perf_counter()
-                    if not stats.attempts:
-                        stats.first = sent
-                    stats.attempts += 1
-                    stats.in_flight += 1
-                    if stats.in_flight > stats.peak:
-                        stats.peak = stats.in_flight
-                    try:
-                        data = await self._attempt(session, url, body, headers, attempt)
-                    finally:
-                        stats.in_flight -= 1
-                        stats.last = time.perf_counter()
-                        stats.busy += stats.last - sent
-                try:
-                    value = decode(data)
-                except ProtocolError as exc:
-                    raise _Retryable(FaultReport(kind="protocol", detail=self._scrub(str(exc)),
-                                                 attempt=attempt)) from None
-                return value, faults, time.perf_counter() - started
+                value, seconds = await self._attempt(job, me)
             except _Fatal as exc:
-                faults.append(exc.fault)
+                job.faults.append(exc.fault)
                 log.warning("agent request failed, not retryable", kind=exc.fault.kind, detail=exc.fault.detail)
-                raise AgentFailure(f"agent request failed: {exc.fault.detail}", faults) from None
+                _fail(future, AgentFailure(f"agent request failed: {exc.fault.detail}", job.faults))
+                continue
             except _Retryable as exc:
-                faults.append(exc.fault)
-                if attempt == attempts:
-                    log.warning("agent request failed, retries exhausted", kind=exc.fault.kind,
-                                detail=exc.fault.detail, attempts=attempts)
-                    raise AgentFailure(f"agent request failed after {attempts} attempts: {exc.fault.detail}",
-                                       faults) from None
-                log.debug("agent request failed, retrying", kind=exc.fault.kind, detail=exc.fault.detail,
-                          attempt=attempt)
-                if not isinstance(rng, random.Random):
-                    rng = rng()
-                await asyncio.sleep(backoff_delay(attempt, self.settings, rng, exc.wait or None))
-        raise AssertionError("unreachable")
+                self._retry(job, exc)
+                continue
+            if future.done():
+                continue
+            try:
+                result = (value, job.faults, seconds) if job.finish is None else job.finish(value, job.faults, seconds)
+            except Exception as exc:  # the agent's own bug: its episode reports it
+                future.set_exception(exc)
+            else:
+                future.set_result(result)
 
-    async def _attempt(self, session: aiohttp.ClientSession, url: str, body: bytes,
-                       headers: Mapping[str, str] | None, attempt: int) -> bytes:
-        cap = self.settings.max_response_bytes
+    def _retry(self, job: _Job, exc: _Retryable) -> None:
+        """Record a retryable fault; fail the job when it was the last attempt, else requeue it after the backoff."""
+        job.faults.append(exc.fault)
+        attempts = self.settings.retries + 1
+        if job.attempt >= attempts:
+            log.warning("agent request failed, retries exhausted", kind=exc.fault.kind, detail=exc.fault.detail,
+                        attempts=attempts)
+            _fail(job.future, AgentFailure(f"agent request failed after {attempts} attempts: {exc.fault.detail}",
+                                           job.faults))
+            return
+        log.debug("agent request failed, retrying", kind=exc.fault.kind, detail=exc.fault.detail, attempt=job.attempt)
+        if job.future.done():
+            return
+        if not isinstance(job.rng, random.Random):
+            job.rng = job.rng()
+        delay = backoff_delay(job.attempt, self.settings, job.rng, exc.wait or None)
+        asyncio.get_running_loop().call_later(delay, self._requeue, job)
+
+    def _requeue(self, job: _Job) -> None:
+        if job.future.done():
+            return
+        if self._session is None or self._loop is not asyncio.get_running_loop():
+            job.future.cancel()  # the pool closed during the backoff
+        else:
+            self._enqueue(job)
+
+    def _timed_out(self, attempt: int) -> _Retryable:
+        s = self.settings
+        detail = (f"no answer within the timeouts (connect {s.connect_timeout:g}s, read {s.read_timeout:g}s, "
+                  f"total {s.total_timeout:g}s)")
+        return _Retryable(FaultReport(kind="timeout", detail=detail, attempt=attempt))
+
+    async def _watch(self) -> None:
+        """Every tick, expire the attempts that ran past ``total_timeout`` or idled past ``read_timeout``."""
+        total, read, tick = self.settings.total_timeout, self.settings.read_timeout, self._tick
+        sleep, now = asyncio.sleep, time.perf_counter
+        while True:
+            await sleep(tick)
+            t = now()
+            for s in self._senders:
+                if not s.busy or s.expired:
+                    continue
+                resp = s.resp
+                if resp is not None and resp.content.total_bytes != s.seen:  # headers or body bytes came
+                    s.seen, s.mark = resp.content.total_bytes, t
+                if t - s.start >= total or t - s.mark >= read:
+                    s.expired = True
+                    assert s.task is not None
+                    s.task.cancel()
+
+    async def _attempt(self, job: _Job, me: _Sender) -> tuple[Any, float]:
+        """One attempt of ``job`` by sender ``me``: the decoded answer and the attempt's seconds, or
+        _Retryable/_Fatal with its fault."""
+        session, stats = self._session, self.stats
+        assert session is not None
+        job.attempt = attempt = job.attempt + 1
+        me.start = me.mark = started = time.perf_counter()
+        if not stats.attempts:
+            stats.first = started
+        stats.attempts += 1
+        stats.in_flight += 1
+        if stats.in_flight > stats.peak:
+            stats.peak = stats.in_flight
+        me.resp, me.seen, me.expired, me.busy = None, -1, False, True
+        url, cap = job.url, self.settings.max_response_bytes
         try:
-            async with session.post(url, data=body, headers=headers, allow_redirects=False) as resp:
+            async with session.post(url, data=job.body, headers=job.headers, allow_redirects=False) as resp:
+                me.resp = resp
                 if resp.status >= 300:
                     # Drain a little so the connection can be reused; the body is never put in the detail.
                     detail = f"HTTP {resp.status} from {_safe_url(url)}"
@@ -327,20 +465,25 @@ class HttpPool:
                     raise _Retryable(FaultReport(kind="limit", attempt=attempt, detail=(
                         f"response of {length} bytes exceeds max_response_bytes={cap}")))
                 if length is not None and resp.headers.get("Content-Encoding", "identity") == "identity":
-                    return await resp.read()  # the declared length is within the cap: one read
-                buf = bytearray()
-                async for chunk in resp.content.iter_chunked(65536):
-                    buf.extend(chunk)
-                    if len(buf) > cap:
-                        raise _Retryable(FaultReport(kind="limit", attempt=attempt, detail=(
-                            f"response exceeds max_response_bytes={cap}")))
-                return bytes(buf)
+                    data = await resp.read()  # the declared length is within the cap: one read
+                else:
+                    buf = bytearray()
+                    async for chunk in resp.content.iter_chunked(65536):
+                        buf.extend(chunk)
+                        if len(buf) > cap:
+                            raise _Retryable(FaultReport(kind="limit", attempt=attempt, detail=(
+                                f"response exceeds max_response_bytes={cap}")))
+                    data = bytes(buf)
         except (_Retryable, _Fatal):
             raise
-        except asyncio.TimeoutError:
-            detail = (f"no answer within the timeouts (connect {self.settings.connect_timeout:g}s, "
-                      f"read {self.settings.read_timeout:g}s, total {self.settings.total_timeout:g}s)")
-            raise _Retryable(FaultReport(kind="timeout", detail=detail, attempt=attempt)) from None
+        except asyncio.CancelledError:
+            task = me.task
+            if not me.expired or task is None or task.uncancel() > 0:
+                job.future.cancel()  # the pool is closing: nobody will answer this job
+                raise
+            raise self._timed_out(attempt) from None
+        except asyncio.TimeoutError:  # aiohttp's connect timeout
+            raise self._timed_out(attempt) from None
         except aiohttp.ClientSSLError as exc:
             # A certificate problem will not fix itself: fail at once and say why.
             raise _Fatal(FaultReport(kind="exception", detail=self._scrub(f"TLS error: {exc}"),
@@ -348,3 +491,17 @@ class HttpPool:
         except (aiohttp.ClientError, OSError) as exc:
             detail = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
             raise _Retryable(FaultReport(kind="exception", detail=self._scrub(detail), attempt=attempt)) from None
+        finally:
+            me.busy, me.resp = False, None
+            stats.in_flight -= 1
+            stats.last = ended = time.perf_counter()
+            stats.busy += ended - started
+        try:
+            return job.decode(data), ended - started
+        except ProtocolError as exc:
+            raise _Retryable(FaultReport(kind="protocol", detail=self._scrub(str(exc)), attempt=attempt)) from None
+
+
+def _fail(future: asyncio.Future[Any], exc: BaseException) -> None:
+    if not future.done():
+        future.set_exception(exc)

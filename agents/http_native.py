@@ -9,6 +9,7 @@ dialogsim.agents.http_native docs/schemas``) and a test keeps the files in step.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import sys
@@ -23,7 +24,7 @@ from ..engine.registry import register_agent
 from ..engine.events import (Act, AgentTurn, DialogueState, Event, Frame, SlotSpan, ToolCalled, ToolReturned,
                              Usage, UserTurn)
 from ..scenarios.base import EpisodeContext, ToolResult, ToolSpec
-from .base import AgentReply, Observation, ToolCall
+from .base import AgentReply, FaultReport, Observation, ToolCall
 from .http_client import HttpPool, HttpSettings, ProtocolError, _number, check_options
 
 PROTOCOL = "dialogsim/1"
@@ -126,7 +127,7 @@ class _WireRequest(msgspec.Struct, kw_only=True):
     step: int
     tools: msgspec.Raw
     messages: list[msgspec.Raw]
-    user: UserMessage
+    user: msgspec.Raw
     tool_results: list[ToolResult]
     scenario: msgspec.Raw
     seed: int | None
@@ -243,14 +244,19 @@ class Transcript:
         self.count = 0  # history events consumed
         self.last: Event | None = None  # the last of them, to notice a history that is not ours
         self.raw: list[msgspec.Raw] = []
+        self.user_raw: msgspec.Raw | None = None  # the encoding of the last user turn seen, for ``user``
+        self.user: UserTurn | None = None
         self.calls_since_user = 0
         self.users: set[int] = set()
         self.called: set[str] = set()
         self.returned: set[str] = set()
 
     def messages(self, history: list[Event], user: UserTurn, tool_results: list[ToolResult],
-                 last_calls: list[ToolCall]) -> tuple[list[msgspec.Raw], int]:
-        """The encoded messages of ``history_messages`` and the request's ``step``."""
+                 last_calls: list[ToolCall]) -> tuple[list[msgspec.Raw], int, msgspec.Raw]:
+        """The encoded messages of ``history_messages``, the request's ``step`` and the encoded ``user``.
+
+        The list returned may be this transcript's own: encode it before the next call.
+        """
         n = self.count
         if len(history) < n or (n and history[n - 1] is not self.last):
             self.reset()
@@ -260,17 +266,22 @@ class Transcript:
             m = event_message(event)
             if m is None:
                 continue
+            raw = msgspec.Raw(encode(m))
             if isinstance(m, UserMessage):
                 self.users.add(m.turn)
                 self.calls_since_user = 0
+                self.user, self.user_raw = event, raw
             elif isinstance(m, ToolCallMessage):
                 self.called.add(m.call_id)
                 self.calls_since_user += 1
             elif isinstance(m, ToolResultMessage):
                 self.returned.add(m.call_id)
-            self.raw.append(msgspec.Raw(encode(m)))
+            self.raw.append(raw)
         self.count = len(history)
         self.last = history[-1] if history else None
+        user_raw = self.user_raw if user is self.user else msgspec.Raw(encode(user_message(user)))
+        if not tool_results and user.turn in self.users:
+            return self.raw, self.calls_since_user, user_raw  # the usual case: the history holds it all
         extra = _missing(user, tool_results, last_calls, self.users, self.called, self.returned)
         step = self.calls_since_user
         for m in extra:
@@ -278,7 +289,7 @@ class Transcript:
                 step = 0
             elif isinstance(m, ToolCallMessage):
                 step += 1
-        return self.raw + [msgspec.Raw(encode(m)) for m in extra], step
+        return self.raw + [msgspec.Raw(encode(m)) for m in extra], step, user_raw
 
 
 def calls_this_turn(messages: list[Message]) -> int:
@@ -380,20 +391,29 @@ class NativeHttpAgent:
         turn_index = obs.user.turn + 1
         if turn_index != self._turn:
             self._turn, self._elapsed = turn_index, 0.0
-        messages, step = self._transcript.messages(obs.history, obs.user, obs.tool_results, self._last_calls)
+        messages, step, user = self._transcript.messages(obs.history, obs.user, obs.tool_results, self._last_calls)
         return _request_encoder.encode(_WireRequest(
             protocol=PROTOCOL, episode_id=self.ctx.episode_id, turn_index=turn_index,
-            step=step, tools=self._tools, messages=messages, user=user_message(obs.user),
+            step=step, tools=self._tools, messages=messages, user=user,
             tool_results=obs.tool_results, scenario=self._scenario, seed=self.ctx.seed))
 
-    async def respond(self, obs: Observation) -> AgentReply:
-        """POST the conversation so far and turn the answer into a reply (retrying per the settings)."""
-        ctx, f = self.ctx, self._f
+    def respond(self, obs: Observation) -> asyncio.Future[AgentReply]:
+        """POST the conversation so far: a future of the reply (retrying per the settings).
+
+        A future rather than a coroutine, so that the engine waits on the pool's answer directly,
+        without a task per request.
+        """
+        f = self._f
         body = self.request(obs)
-        started = time.perf_counter()
-        response, faults, _ = await f.pool.post(f.url, body, None, ctx.rng,
-                                                decode_response)
-        self._elapsed += time.perf_counter() - started
+        self._obs = obs
+        if f.measured_latency:
+            self._sent = time.perf_counter()
+        return f.pool.submit(f.url, body, None, self.ctx.rng, decode_response, self._reply)
+
+    def _reply(self, response: NativeResponse, faults: list[FaultReport], seconds: float) -> AgentReply:
+        """Turn a decoded answer into the agent's reply (run by the pool when the answer arrives)."""
+        if self._f.measured_latency:
+            self._elapsed += time.perf_counter() - self._sent
         if response.usage is not None:
             self._meter.add(response.usage.input_tokens, response.usage.output_tokens)
         if response.tool_calls:
@@ -402,6 +422,7 @@ class NativeHttpAgent:
             return AgentReply(tool_calls=self._last_calls, faults=faults)
         self._last_calls = []
         frames = response.frames
+        obs = self._obs
         if not frames and response.acts:
             service = obs.user.frames[0].service if obs.user.frames else ""
             frames = [Frame(service=service, actions=response.acts)]
@@ -409,7 +430,7 @@ class NativeHttpAgent:
         return AgentReply(utterance=response.utterance, frames=frames, state=response.state,
                           tagged_slots=response.tagged_slots, end=response.end,
                           usage=usage, cost=cost, action=response.action, faults=faults,
-                          latency=self._elapsed if f.measured_latency else None)
+                          latency=self._elapsed if self._f.measured_latency else None)
 
 
 class NativeAgentFactory:

@@ -7,7 +7,8 @@ the same small JSON), then, for each concurrency (16 and 64 by default), measure
   and ``--agent http:URL`` (registered under a bench name that keeps the factory, for its pool's figures)
   at ``--concurrency C --agent-concurrency C``, think time and latency 0 so that all C episodes can have a
   call in flight at once, events written to a real run directory;
-- raw: C asyncio tasks posting a native request of the same shape through one aiohttp session.
+- raw: C asyncio tasks posting a native request of the same shape through one aiohttp session, each one
+  encoded with msgspec and its answer decoded into the protocol's response Struct (the client's essential work).
 
 Prints requests/s of each and their ratio (target >= 0.8): medians over ``--rounds`` paired rounds, plus
 the agent layer alone (``NativeHttpAgent.respond`` in a loop, no engine). ``--with-think`` adds runs against
@@ -23,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import resource
 import statistics
@@ -32,6 +32,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+import msgspec
 
 ANSWER = b'{"protocol": "dialogsim/1", "utterance": "Sure, done.", "end": false}'
 SLOW = 0.02  # seconds the /slow endpoint waits before answering
@@ -83,10 +85,9 @@ def cpu_seconds() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def sample_body() -> bytes:
+def sample_request() -> object:
     """A native request like the ones the engine sends mid-episode (built-in scenario, third user turn)."""
-    from dialogsim.agents.http_native import (AgentMessage, NativeRequest, ScenarioInfo, UserMessage,
-                                              _request_encoder)
+    from dialogsim.agents.http_native import AgentMessage, NativeRequest, ScenarioInfo, UserMessage
     from dialogsim.scenarios.builtin import BuiltinScenarios
 
     sc = BuiltinScenarios()
@@ -97,28 +98,35 @@ def sample_body() -> bytes:
         msgs.append(UserMessage(turn=2 * i, utterance=text))
         if i < 2:
             msgs.append(AgentMessage(turn=2 * i + 1, utterance="Sure, done."))
-    req = NativeRequest(episode_id="e000001", turn_index=5, tools=sc.tools(scenario), messages=msgs, user=msgs[-1],
-                        scenario=ScenarioInfo(id=scenario.id, kind=scenario.kind, data=scenario.data), seed=1)
-    return _request_encoder.encode(req)
+    return NativeRequest(episode_id="e000001", turn_index=5, tools=sc.tools(scenario), messages=msgs, user=msgs[-1],
+                         scenario=ScenarioInfo(id=scenario.id, kind=scenario.kind, data=scenario.data), seed=1)
 
 
-async def raw_loop(url: str, concurrency: int, total: int, body: bytes) -> tuple[float, float]:
-    """Requests/s of C tasks posting ``body`` through one session until ``total`` are done, and the
-    requests in flight on average."""
+async def raw_loop(url: str, concurrency: int, total: int, request: object) -> tuple[float, float]:
+    """Requests/s of C tasks posting ``request`` through one session until ``total`` are done, and the
+    requests in flight on average.
+
+    Each request does the essential work of dialogsim's client and no more: encode the request with
+    msgspec, post it with the session's headers, decode the answer into the protocol's response Struct.
+    """
     import aiohttp
 
+    from dialogsim.agents.http_native import NativeResponse
+
+    encode = msgspec.json.Encoder().encode
+    decode = msgspec.json.Decoder(NativeResponse).decode
     left = total
     busy = 0.0
     headers = {"Content-Type": "application/json"}
-    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=concurrency)) as session:
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=concurrency), headers=headers) as session:
 
         async def worker() -> None:
             nonlocal left, busy
             while left > 0:
                 left -= 1
                 sent = time.perf_counter()
-                async with session.post(url, data=body, headers=headers) as resp:
-                    json.loads(await resp.read())
+                async with session.post(url, data=encode(request)) as resp:
+                    decode(await resp.read())
                 busy += time.perf_counter() - sent
 
         start = time.perf_counter()
@@ -224,12 +232,12 @@ def main() -> None:
     configure_logging("console", "warning")
     proc, url = start_server(args.server)
     try:
-        body = sample_body()
+        request = sample_request()
         per_episode = 10 / 3  # built-in scenarios: 2, 5 and 3 agent turns
         episodes = max(1, int(args.requests / per_episode))
-        asyncio.run(raw_loop(url, 8, 500, body))  # warm-up: connections, server code paths
+        asyncio.run(raw_loop(url, 8, 500, request))  # warm-up: connections, server code paths
         dialogsim_run(url, 8, 150, args.durability)
-        print(f"server: {args.server} ({url}), {os.cpu_count()} CPUs, body {len(body)} bytes, "
+        print(f"server: {args.server} ({url}), {os.cpu_count()} CPUs, body {len(msgspec.json.encode(request))} bytes, "
               f"durability {args.durability}, {args.rounds} paired rounds of {episodes} episodes")
         for c in args.concurrency:
             # Paired rounds, each measuring all three back to back: on a shared machine the load drifts, and
@@ -241,7 +249,7 @@ def main() -> None:
             for _ in range(args.rounds):
                 rate, n, f_run, c_run = dialogsim_run(url, c, episodes, args.durability)
                 t0 = cpu_seconds()
-                base, f_raw = asyncio.run(raw_loop(url, c, n, body))
+                base, f_raw = asyncio.run(raw_loop(url, c, n, request))
                 t1 = cpu_seconds()
                 alone, f_layer = asyncio.run(agent_loop(url, c, n))
                 t2 = cpu_seconds()
@@ -264,7 +272,7 @@ def main() -> None:
             slow = url.rstrip("/") + "/slow"
             flat, n, f_flat, _ = dialogsim_run(slow, c, few, args.durability)
             spread, _, f_spread, _ = dialogsim_run(slow, c, few, args.durability, "uniform:1,4", "uniform:0.2,0.8")
-            raw_slow, f_raw = asyncio.run(raw_loop(slow, c, n, body))
+            raw_slow, f_raw = asyncio.run(raw_loop(slow, c, n, request))
             print(f"endpoint answering in {SLOW * 1000:.0f} ms, concurrency {c}, {n} requests (req/s, in flight on "
                   f"average): raw aiohttp {raw_slow:6.0f}, {f_raw:4.1f} | dialogsim think 0 {flat:6.0f}, "
                   f"{f_flat:4.1f} | dialogsim think uniform:1,4 latency uniform:0.2,0.8 {spread:6.0f}, {f_spread:4.1f}")

@@ -29,15 +29,17 @@ class Driver:
         self.env = env
         self.before_wait = before_wait  # called before blocking on a call: the log commits what has ended
         self.stop_requested = False
-        self._stop: asyncio.Future[None] | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._current: asyncio.Future[Any] | None = None  # the call the driver is blocked on
         self._waiting: dict[simpy.Event, asyncio.Future[Any]] = {}
 
     def start(self, awaitable: Awaitable[Any], due: float) -> tuple[asyncio.Future[Any], simpy.Timeout]:
         """Start a call whose result is taken at virtual time ``due``: its future and the timeout to sleep on.
 
+        A future (a live agent's pending answer) is used as it is; a coroutine gets a task.
         When the caller wakes from the timeout, ``future.result()`` is ready (or raises the call's error).
         """
-        future = asyncio.ensure_future(awaitable)
+        future = awaitable if isinstance(awaitable, asyncio.Future) else asyncio.ensure_future(awaitable)
         timeout = self.env.timeout(max(0.0, due - self.env.now))
         self._waiting[timeout] = future
         return future, timeout
@@ -46,19 +48,26 @@ class Driver:
         """Stop the run at the next step, and at once if it is waiting on a call.
 
         Safe to call from a signal handler (Ctrl-C, SIGTERM): the flag stops a busy loop between steps,
-        and a loop asleep on a call is woken through the event loop's thread-safe queue.
+        and a loop asleep on a call is woken through the event loop's thread-safe queue (the call it
+        waits on is cancelled, as every call in flight is when the run stops).
         """
         self.stop_requested = True
-        stop = self._stop
-        if stop is not None:
-            stop.get_loop().call_soon_threadsafe(_resolve, stop)
+        loop = self._loop
+        if loop is not None:
+            loop.call_soon_threadsafe(self._interrupt)
+
+    def _interrupt(self) -> None:
+        current = self._current
+        if current is not None:
+            current.cancel()
 
     async def run(self) -> None:
         """Step the environment until nothing is scheduled; Interrupted if stopped."""
         env = self.env
         step = env.step
         waiting = self._waiting
-        self._stop = stop = asyncio.get_running_loop().create_future()
+        self._loop = asyncio.get_running_loop()
+        me = asyncio.current_task()
         # simpy's event heap of (time, priority, id, event); its head is the next event step() processes.
         queue = env._queue
         try:
@@ -70,24 +79,29 @@ class Driver:
                     if future is not None and not future.done():
                         if self.before_wait is not None:
                             self.before_wait()
-                        await asyncio.wait((future, stop), return_when=asyncio.FIRST_COMPLETED)
-                        if self.stop_requested:
-                            waiting[queue[0][3]] = future  # cancelled below with every other call in flight
-                            raise Interrupted()
+                        # Awaited directly (no asyncio.wait): the driver resumes one loop hop after the answer.
+                        self._current = future
+                        try:
+                            await future
+                        except asyncio.CancelledError:
+                            if self.stop_requested:
+                                waiting[queue[0][3]] = future  # awaited below with every other call in flight
+                                raise Interrupted() from None
+                            if me is not None and me.cancelling():
+                                raise  # the driver itself is being cancelled
+                        except Exception:
+                            pass  # the call's own failure: its episode takes it from future.result()
+                        finally:
+                            self._current = None
                 try:
                     step()
                 except EmptySchedule:
                     return
         finally:
-            self._stop = None
+            self._loop = None
             futures = list(waiting.values())
             for future in futures:
                 future.cancel()
             if futures:
                 await asyncio.gather(*futures, return_exceptions=True)
             waiting.clear()
-
-
-def _resolve(future: asyncio.Future[None]) -> None:
-    if not future.done():
-        future.set_result(None)

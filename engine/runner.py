@@ -232,6 +232,7 @@ class Batch:
             user_respond, agent_respond = user.respond, agent.respond
             replay_agent = not getattr(agent, "deterministic", True)  # the protocol default
             run_id, ep, sink_append, tape_len = rec.run, rec.ep, self.sink.append, len(rec.tape)
+            start_call = self.driver.start
             reply: UserReply | None = yield from self._user_step(rec, user, _attempt(user_respond, None))
             # The hot path: seq and t live in locals and go back to rec (the slow paths' state) around
             # every slow-path call and when the loop ends; turn events are built and sunk in place.
@@ -263,11 +264,24 @@ class Batch:
                         first = agent_respond(obs)
                     except Exception as exc:
                         first = _Raised(exc)
+                due = t + latency
+                if type(first) is not AgentReply and hasattr(first, "__await__"):
+                    # A live call, started and taken as _call does but without its generators; whatever the
+                    # answer is (tool calls, faults, an error) goes on to the slow path already resolved.
+                    if t > env.now:
+                        yield env.timeout(t - env.now)
+                    future, wake = start_call(first, due)
+                    yield wake
+                    due = env.now
+                    try:
+                        first = future.result()
+                    except Exception as exc:
+                        first = _Raised(exc)
                 if type(first) is AgentReply and not first.tool_calls and not first.faults:
                     answer = first
                 else:
                     rec.seq, rec.t = seq, t
-                    answer = yield from self._agent_turn(rec, agent, world, obs, history, first, t + latency)
+                    answer = yield from self._agent_turn(rec, agent, world, obs, history, first, due)
                     seq, t, tape_len = rec.seq, rec.t, len(rec.tape)
                 if answer.latency is not None:  # a live agent's measured latency, when it reports one
                     latency = answer.latency

@@ -62,6 +62,16 @@ def test_every_injected_fault_is_logged_and_no_episode_is_lost():
     assert {f for _, _, f in app[INJECTED]} == set(FAULT_KIND)  # the plan exercised every fault
 
 
+def test_an_answer_that_keeps_trickling_is_not_cut_by_the_read_timeout():
+    """Body chunks 0.1 s apart, read timeout 0.3 s, the whole answer 0.8 s: read to the end, no fault."""
+    app = faulty_app(EchoAgent, "native", plan=lambda key, attempt: "drip", drip_chunks=8, drip_delay=0.1)
+    with serve_in_thread(app) as url:
+        log = run_batch(http_agent_factory(url, None, {**FAST, "read_timeout": "0.3", "total_timeout": "5"}),
+                        episodes=1)
+    assert log.outcomes() == {"e000000": "success"} and not log.of_type("fault")
+    assert len(app[INJECTED]) == app[STATS]["requests"] > 0
+
+
 def test_an_agent_that_keeps_failing_ends_its_episode_with_error_and_the_batch_completes():
     """Retries exhausted: one fault per attempt, outcome error with a reason; other episodes succeed."""
     app = faulty_app(EchoAgent, "native", plan=lambda key, attempt: None, fail_always={"e000001"})
@@ -302,8 +312,9 @@ def test_tls_certificates_are_verified_by_default(tmp_path):
 
 def test_the_incremental_transcript_equals_the_messages_built_from_scratch():
     """Request by request through an episode (with tool steps and a foreign history), the cached
-    encoding decodes to exactly history_messages."""
-    from dialogsim.agents.http_native import Message, Transcript, calls_this_turn, history_messages
+    encoding decodes to exactly history_messages, and the user turn's to exactly its message."""
+    from dialogsim.agents.http_native import (Message, Transcript, UserMessage, calls_this_turn, history_messages,
+                                              user_message)
     from dialogsim.agents.base import ToolCall
     from dialogsim.engine.events import AgentTurn, UserTurn
     from dialogsim.scenarios.base import ToolResult
@@ -322,10 +333,11 @@ def test_the_incremental_transcript_equals_the_messages_built_from_scratch():
              ([u0, c1, r1, a1, u2], u2, [], []), ([u2], u2, [], [])]
     t = Transcript()
     for history, user, res, last in steps:
-        raw, step = t.messages(history, user, res, last)
+        raw, step, user_raw = t.messages(history, user, res, last)
         got = msgspec.json.decode(b"[" + b",".join(bytes(r) for r in raw) + b"]", type=list[Message])
         want = history_messages(history, user, res, last)
         assert got == want and step == calls_this_turn(want)
+        assert msgspec.json.decode(user_raw, type=UserMessage) == user_message(user)
 
 
 def test_measured_latency_replaces_the_latency_model_only_when_asked():
