@@ -7,7 +7,6 @@ the progress display. ``dialogsim run`` is a thin layer over ``start_run`` and `
 from __future__ import annotations
 
 import asyncio
-import gc
 import inspect
 import json
 import re
@@ -169,7 +168,6 @@ def resume_run(out: str | Path, *, progress: bool = True) -> RunResult:
                     resumed=True)
 
 
-_GC_YOUNG = 20_000  # allocations between young-generation collections while a run executes
 
 
 def _execute(run: RunDir, config: RunConfig, settings: RunSettings, scenarios: Any, make_user: Any,
@@ -202,12 +200,6 @@ def _execute(run: RunDir, config: RunConfig, settings: RunSettings, scenarios: A
 
     for s in previous:
         signal.signal(s, stop)
-    threshold = gc.get_threshold()
-    # Episodes and requests in flight keep thousands of young objects alive for a moment: with the default
-    # young generation (700) the cycle collector runs hundreds of times per 10,000 live-agent requests,
-    # ~0.5 ms each at 64 in flight (a tenth of the client's time); a larger one rarely fills.
-    if threshold[0]:  # 0: collection is off, leave it so
-        gc.set_threshold(max(threshold[0], _GC_YOUNG), *threshold[1:])
     try:
         asyncio.run(_run_batch(batch, jobs, make_user, make_agent))
     except Interrupted:
@@ -216,7 +208,6 @@ def _execute(run: RunDir, config: RunConfig, settings: RunSettings, scenarios: A
         status = "failed"
         raise
     finally:
-        gc.set_threshold(*threshold)
         for s, handler in previous.items():
             signal.signal(s, handler)
         bar.close()
