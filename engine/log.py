@@ -210,6 +210,7 @@ class LogWriter:
         self._syncer: ThreadPoolExecutor | None = None
         self._pending: Future[None] | None = None
         self.events_written = 0
+        self._queued = 0  # events in the buffer (counting them here costs less than scanning it for newlines)
 
     def append(self, event: Event) -> None:
         """Queue one event; it reaches the file at the next flush."""
@@ -221,6 +222,7 @@ class LogWriter:
             del buffer[end:]  # msgspec leaves a partial object behind: a corrupt line if kept
             raise
         buffer.append(10)  # b"\n"; JSON escapes newlines inside strings, so a line is one event
+        self._queued += 1
         if len(buffer) >= _FLUSH_BYTES:
             self.flush()
 
@@ -244,7 +246,8 @@ class LogWriter:
     def flush(self) -> None:
         """Hand buffered events to the OS."""
         if self._buffer:
-            self.events_written += self._buffer.count(b"\n")
+            self.events_written += self._queued
+            self._queued = 0
             self._file.write(self._buffer)
             self._buffer.clear()
             self._dirty = True
