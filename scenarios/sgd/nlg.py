@@ -47,18 +47,22 @@ def act_token(act: str, slot: str, values: Sequence[str]) -> tuple[str, bool]:
     return f"{act}({slot}*{len(values)})", True
 
 
-_TOKENS: dict[tuple, str] = {}  # (act, slot, *values) -> token: the hot path computes each token once
+class _TokenCache(dict):
+    """(act, slot, *values) -> signature token, computed on first use: a lookup on the hot path is a plain
+    subscript, with no Python call per act."""
+
+    def __missing__(self, key: tuple) -> str:
+        if len(self) > 500_000:
+            self.clear()
+        tok = self[key] = act_token(key[0], key[1], key[2:])[0]
+        return tok
+
+
+_TOKENS = _TokenCache()
 
 
 def _token(a: Any) -> str:
-    values = a.values
-    key = (a.act, a.slot, values[0]) if len(values) == 1 else (a.act, a.slot, *values)  # the common case unpacks nothing
-    tok = _TOKENS.get(key)
-    if tok is None:
-        if len(_TOKENS) > 500_000:
-            _TOKENS.clear()
-        tok = _TOKENS[key] = act_token(a.act, a.slot, a.values)[0]
-    return tok
+    return _TOKENS[(a.act, a.slot, *a.values)]
 
 
 def signature(acts: Sequence[Any]) -> tuple[str, list[int]]:
@@ -303,7 +307,11 @@ class Realizer:
 
     def realize(self, speaker: str, service: str, acts: list[Act], rng: random.Random) -> tuple[str, list[SlotSpan]]:
         """The utterance for one frame's acts and the spans of the non-categorical values placed in it."""
-        fast = (speaker, service, _token(acts[0])) if len(acts) == 1 else (speaker, service, *map(_token, acts))
+        if len(acts) == 1:
+            a = acts[0]
+            fast = (speaker, service, _TOKENS[(a.act, a.slot, *a.values)])
+        else:
+            fast = (speaker, service, *[_TOKENS[(a.act, a.slot, *a.values)] for a in acts])
         got = self._fast.get(fast)
         if got is None:
             # the plan depends on the signature alone; ``order`` maps its positions onto these acts
@@ -314,8 +322,11 @@ class Realizer:
                 plan = self._plans[key] = self._plan(speaker, service, acts, sig, order)
             if len(self._fast) > 200_000:
                 self._fast.clear()
-            got = self._fast[fast] = (plan, order)
-        plan, order = got
+            got = self._fast[fast] = (plan, order, _literals(plan))
+        plan, order, literals = got
+        if literals is not None:  # no value to place (most turns): one of the wordings as it is
+            n = len(literals)
+            return literals[int(rng.random() * n)] if n > 1 else literals[0], []
         alternatives = plan.alternatives
         # one alternative by weight: a draw only when there is a choice
         groups = (alternatives[0] if len(alternatives) == 1 or rng.random() * plan.cum[-1] < plan.cum[0]
@@ -344,6 +355,15 @@ class Realizer:
                 out.append(lit)
                 pos += len(v) + len(lit)
         return "".join(out), spans
+
+
+def _literals(plan: _Plan) -> list[str] | None:
+    """The wordings of a plan that places no value (one way to say it, without placeholders), else None."""
+    if len(plan.alternatives) == 1 and len(plan.alternatives[0]) == 1:
+        tpls = plan.alternatives[0][0]
+        if not any(steps for _, steps in tpls):
+            return [lit for lit, _ in tpls]
+    return None
 
 
 # A group of acts said together: its templates, each bound to the acts it fills (see _bind)
