@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import itertools
 import random
+from operator import attrgetter
 from typing import Any
 
 from ..engine.events import Act, DialogueState, Frame
@@ -24,8 +25,7 @@ _NAMEISH = ("name", "title", "airlines", "car_name", "operator")
 _LITERAL = frozenset(("OFFER_INTENT", "INFORM_COUNT"))  # acts whose value is said as it is
 
 
-def _act_key(a: Act) -> tuple[str, str]:
-    return (a.act, a.slot)
+_act_key = attrgetter("act", "slot")  # (act, slot): the order of a frame's acts, without a Python call per act
 
 
 class _Service:
@@ -245,16 +245,19 @@ class SchemaAgent:
     # -- policy -----------------------------------------------------------------------------------
 
     def _policy(self, acts: list[tuple[str, Act]], user_end: bool) -> AgentReply:
-        kinds = {a.act for _, a in acts}
         tracks, services = self.tracks, self._services
         for t in tracks.values():
             if t.requested:
                 t.requested = []
-        # the service the user is talking about: the one with a new intent, else the last one spoken of
-        for name, a in acts:
-            if a.act == "INFORM_INTENT" or self.current is None:
-                self.current = name
+        # the acts' kinds, and the service the user is talking about: the one with a new intent, else the
+        # last one spoken of
+        kinds = set()
         name = self.current
+        for s, a in acts:
+            kinds.add(a.act)
+            if a.act == "INFORM_INTENT" or name is None:
+                name = s
+        self.current = name
         if name is None:
             return self._say(None, [("REQ_MORE", "", None)], end=False)
         t = tracks.get(name) or self._track(name)
@@ -418,15 +421,17 @@ class SchemaAgent:
 
     def _say(self, name: str | None, acts: list[tuple[str, str, Any]], end: bool) -> AgentReply:
         """Realize the acts (spoken variants via the pack), remember what was said, expose the state."""
-        last = self.last = {a[0] for a in acts}
-        self._expecting = [a[1] for a in acts if a[0] == "REQUEST"] if "REQUEST" in last else []
         frames: list[Frame] = []
         utterance = ""
-        if name is not None:
+        if name is None:
+            last = self.last = {a[0] for a in acts}
+        else:
+            last = self.last = set()
             svc = self._services.get(name) or self._service(name)
             categorical, pack, rng = svc.categorical, self.pack, self.rng
             built: list[Act] = []
             for act, slot, value in acts:
+                last.add(act)
                 if value is None:
                     built.append(Act(act=act, slot=slot))
                     continue
@@ -443,6 +448,7 @@ class SchemaAgent:
             frames.append(Frame(service=name, actions=built, slots=spans))
             if "OFFER" in last:
                 self._offer_acts[name] = [a for a in built if a.act == "OFFER"]
+        self._expecting = [a[1] for a in acts if a[0] == "REQUEST"] if "REQUEST" in last else []
         if len(self.tracks) == 1:  # the common case: one service, no dict comprehension
             (n, t), = self.tracks.items()
             state = {n: t.state()}

@@ -16,6 +16,7 @@ its next turn; the state always holds what the user means.
 from __future__ import annotations
 
 import random
+from operator import attrgetter
 from typing import Any
 
 from ..engine.events import Act, AgentTurn, DialogueState, Frame
@@ -84,8 +85,7 @@ class _Sub:
         return self.fulfilled and not self.pending
 
 
-def _act_key(a: Act) -> tuple[str, str]:
-    return (a.act, a.slot)
+_act_key = attrgetter("act", "slot")  # (act, slot): the order of a frame's acts, without a Python call per act
 
 
 _EMPTY: dict[str, str] = {}  # read-only stand-in for a service with no values yet
@@ -608,19 +608,24 @@ class AgendaUser:
 
     def _accept(self, service: str, act: Act) -> None:
         """The user takes on a value the system said (a confirmed, proposed or selected one) into the state."""
-        if (act.slot not in (self._services.get(service) or self._service(service)).args
-                or not act.canonical_values or not act.values):
-            return
-        canon, spoken = act.canonical_values[0], act.values[0]
-        cur = self.canon.setdefault(service, {})
-        vals = self.values.setdefault(service, {})
-        if _same(cur.get(act.slot), canon):
-            if spoken not in vals[act.slot]:
-                vals[act.slot].append(spoken)
+        if (act.slot in (self._services.get(service) or self._service(service)).args
+                and act.canonical_values and act.values):
+            self._hold(service, act.slot, act.canonical_values[0], act.values[0])
+
+    def _hold(self, service: str, slot: str, canon: str, spoken: str) -> None:
+        """Put a value in the state: a new one replaces the slot's variants, the same one adds its variant."""
+        cur = self.canon.get(service)
+        if cur is None:
+            cur = self.canon[service] = {}
+            self.values[service] = {}
+        vals = self.values[service]
+        if _same(cur.get(slot), canon):
+            if spoken not in vals[slot]:
+                vals[slot].append(spoken)
                 self._dirty.add(service)
         else:
-            cur[act.slot] = canon
-            vals[act.slot] = [spoken]
+            cur[slot] = canon
+            vals[slot] = [spoken]
             self._dirty.add(service)
 
     def _say(self, service: str, slot: str, canon: str) -> str:
@@ -716,17 +721,7 @@ class AgendaUser:
                 if sub is not None and sub.service == service:
                     self.active[service] = sub.intent
             elif act == "INFORM" and value is not None and slot in args:
-                cur = self.canon.setdefault(service, {})
-                vals = self.values.setdefault(service, {})
-                spoken = self._say(service, slot, value)
-                if _same(cur.get(slot), value):
-                    if spoken not in vals[slot]:
-                        vals[slot].append(spoken)
-                        self._dirty.add(service)
-                else:
-                    cur[slot] = value
-                    vals[slot] = [spoken]
-                    self._dirty.add(service)
+                self._hold(service, slot, value, self._say(service, slot, value))
 
 
 _OPTIONS = {"patience": int, "verbosity": float, "alts_rate": float, "max_alts": int, "request_first": float}
