@@ -11,6 +11,7 @@ whether there is anything else (REQ_MORE); say goodbye. Utterances come from the
 
 from __future__ import annotations
 
+import bisect
 import itertools
 import random
 from operator import attrgetter
@@ -407,7 +408,10 @@ class SchemaAgent:
         else:
             sets = mined[t.intent] = _mined_offer_sets(self.pack, name, svc, t.intent)
         if sets:
-            slots = self.rng.choices(sets[0], cum_weights=sets[1])[0]  # as weights=, without re-summing
+            # one weighted draw, exactly as rng.choices(sets, cum_weights=cum)[0] makes it (same random() call
+            # and bisection), without building its list
+            population, cum = sets
+            slots = population[bisect.bisect(cum, self.rng.random() * (cum[-1] + 0.0), 0, len(population) - 1)]
             if all(s in row and row[s] not in (None, "") for s in slots):
                 return [("OFFER", s, row[s]) for s in slots]
         slots = svc.offer_slots.get(t.intent, ())
