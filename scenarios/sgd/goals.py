@@ -286,8 +286,9 @@ def _search_subgoal(sf: _ServiceFacts, it: _IntentFacts, rng: random.Random,
     table, rows, echo, required, optional_items = it.table, it.rows, it.echo, it.required, it.optional_items
     entity = (rows[ahead[rng.randrange(len(ahead))]] if ahead else rng.choice(rows)) if rows else {}
     # values said earlier to this service stay in the dialogue state and filter this search too
-    inherited = {s: v for s, v in (state or {}).items() if s not in link and v not in _ANY and table is not None
-                 and s in table.columns and s not in echo and (s in intent.optional_slots or s in intent.required_slots)}
+    inherited = {s: v for s, v in state.items() if s not in link and v not in _ANY and table is not None
+                 and s in table.columns and s not in echo and (s in intent.optional_slots or s in intent.required_slots)
+                 } if state else {}
     if table is not None and (link or inherited):
         # keep the carried-over values (the previous city...) that some entity has, and pick such an entity;
         # a value no entity here has is not carried over: the user states one of this table instead. So is a
@@ -366,7 +367,7 @@ def _search_subgoal(sf: _ServiceFacts, it: _IntentFacts, rng: random.Random,
                  if d in _ANY and s in table.columns and s not in echo and s not in constraints and s not in optional
                  and s not in link and (entity.get(s) or not svc.is_categorical(s))]
         relax[:0] = loose
-    taken = set(constraints) | set(optional) | set(link)
+    taken = {*constraints, *optional, *link}
     return {"service": svc.name, "intent": intent.name, "constraints": constraints, "optional": optional,
             "requested": _requested(it, rng, taken), "relax": relax, "feasible": feasible,
             "from_previous": link, "entity": entity or None}
@@ -430,7 +431,7 @@ def _txn_subgoal(sf: _ServiceFacts, it: _IntentFacts, rng: random.Random, link: 
         alt = _value(sf, slot, rng, avoid=constraints[slot])
         if alt:
             relax.append([slot, alt])
-    taken = set(constraints) | set(optional) | set(link)
+    taken = {*constraints, *optional, *link}
     return {"service": sf.name, "intent": it.intent.name, "constraints": constraints, "optional": optional,
             "requested": _requested(it, rng, taken), "relax": relax, "feasible": True,
             "from_previous": link, "entity": None}
@@ -543,6 +544,8 @@ def sample_goal(pack: Pack, rng: random.Random, services: list[str] | None = Non
             subgoals.append(_search_subgoal(sf, it, rng, link, infeasible_share, known, sure, state, ahead))
         last = subgoals[-1]
         _fix_pairs(sf, it, last, known, rng)
+        if k + 1 == len(steps):
+            break  # the last subgoal passes nothing on
         linked = {s: known[ps] for s, ps in last["from_previous"].items() if ps in known}
         sure = set(last["constraints"]) | {s for s, ps in last["from_previous"].items() if ps in sure}
         known = {**(last["entity"] or {}), **last["constraints"], **linked}
