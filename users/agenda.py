@@ -141,7 +141,7 @@ class AgendaUser:
         self.useless = 0
         self.heard: set[tuple] = set()  # signatures of the system turns heard so far
         self._sorted: dict[str, dict[str, list[str]]] = {}  # state slot values as last annotated
-        self._dirty: set[str] = set()  # services whose values changed since
+        self._dirty: dict[str, dict[str, None]] = {}  # service -> the slots whose values changed since, in order
         self._offer_acts: list[Act] = []  # the OFFER acts of the entity on the table
         self.left = ""  # why the user left early ("" while talking)
         self.ended = False
@@ -620,13 +620,13 @@ class AgendaUser:
             self.values[service] = {}
         vals = self.values[service]
         if _same(cur.get(slot), canon):
-            if spoken not in vals[slot]:
-                vals[slot].append(spoken)
-                self._dirty.add(service)
+            if spoken in vals[slot]:
+                return
+            vals[slot].append(spoken)
         else:
             cur[slot] = canon
             vals[slot] = [spoken]
-            self._dirty.add(service)
+        self._dirty.setdefault(service, {})[slot] = None
 
     def _say(self, service: str, slot: str, canon: str) -> str:
         """The spoken variant of ``canon`` this user uses (chosen once, then repeated)."""
@@ -698,9 +698,16 @@ class AgendaUser:
                 spans = [type(sp)(slot=sp.slot, start=sp.start + offset, exclusive_end=sp.exclusive_end + offset)
                          for sp in spans]
             slot_values = self._sorted.get(service)
-            if slot_values is None or service in self._dirty:  # rebuilt only when a value changed
+            changed = self._dirty.pop(service, None)
+            if slot_values is None:
                 slot_values = self._sorted[service] = {k: sorted(v) for k, v in self.values.get(service, {}).items()}
-                self._dirty.discard(service)
+            elif changed:
+                # a new dict (the last one is in logged states) with just the changed slots sorted again; new
+                # slots come last in the order they were first held, as in ``values``
+                slot_values = self._sorted[service] = dict(slot_values)
+                values = self.values[service]
+                for k in changed:
+                    slot_values[k] = sorted(values[k])
             state = DialogueState(active_intent=self.active.get(service, "NONE"), requested_slots=requested,
                                   slot_values=slot_values)
             frames.append(Frame(service=service, actions=acts, slots=spans, state=state))
