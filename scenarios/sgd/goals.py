@@ -259,14 +259,14 @@ def _value(sf: _ServiceFacts, slot: str, rng: random.Random, avoid: str | None =
     if not pool:
         return None
     if avoid is None:
-        return pool[rng.randrange(len(pool))]
+        return rng.choice(pool)  # the draw randrange(len(pool)) makes
     avoid_key = avoid.lower() if fold else avoid
     for _ in range(8):
-        v = pool[rng.randrange(len(pool))]
+        v = rng.choice(pool)
         if (v.lower() if fold else v) != avoid_key:
             return v
     rest = [v for v in pool if (v.lower() if fold else v) != avoid_key]
-    return rest[rng.randrange(len(rest))] if rest else None
+    return rng.choice(rest) if rest else None
 
 
 def _requested(it: _IntentFacts, rng: random.Random, taken: set[str]) -> list[str]:
@@ -284,7 +284,7 @@ def _search_subgoal(sf: _ServiceFacts, it: _IntentFacts, rng: random.Random,
                     state: dict[str, str] | None = None, ahead: list[int] | None = None) -> dict[str, Any]:
     pack, svc, intent = sf.pack, sf.svc, it.intent
     table, rows, echo, required, optional_items = it.table, it.rows, it.echo, it.required, it.optional_items
-    entity = (rows[ahead[rng.randrange(len(ahead))]] if ahead else rng.choice(rows)) if rows else {}
+    entity = (rows[rng.choice(ahead)] if ahead else rng.choice(rows)) if rows else {}
     # values said earlier to this service stay in the dialogue state and filter this search too
     inherited = {s: v for s, v in state.items() if s not in link and v not in _ANY and table is not None
                  and s in table.columns and s not in echo and (s in intent.optional_slots or s in intent.required_slots)
@@ -310,7 +310,7 @@ def _search_subgoal(sf: _ServiceFacts, it: _IntentFacts, rng: random.Random,
             fits = ahead if len(ahead) < 64 else set(ahead)
             hits = [h for h in hits if h in fits] or hits
         if hits:
-            entity = rows[hits[rng.randrange(len(hits))]]
+            entity = rows[rng.choice(hits)]
     constraints: dict[str, str] = {}
     for slot, value in inherited.items():
         if entity.get(slot) and entity[slot].lower() != value.lower():
