@@ -214,8 +214,9 @@ class Realizer:
         self.rich = rich  # exact wordings below which composed ones are mixed in
         self._domain: dict[tuple[str, str], dict[str, list[Template]]] = {}
         self._plans: dict[tuple[str, str, str], _Plan] = {}
-        # (speaker, service, act tokens in the caller's order) -> (plan, order): no sort or join per call
-        self._fast: dict[tuple, tuple[_Plan, list[int]]] = {}
+        # (speaker, service, act tokens in the caller's order) -> (plan, order, its wordings when it places no
+        # value): no sort or join per call
+        self._fast: dict[tuple, tuple[_Plan, list[int], list[str] | None]] = {}
         self._noncat: dict[str, frozenset[str]] = {
             name: frozenset(s for s, ss in svc.slots.items() if not ss.is_categorical) for name, svc in services.items()}
 
