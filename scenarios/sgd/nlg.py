@@ -397,6 +397,8 @@ def _bind(compiled: tuple, holes: list[tuple[int, int, str | None]]) -> tuple[st
     (signature position, value index, span slot or None, the literal after it, its number agreement or None),
     so that filling it takes one step per value."""
     lits, refs, agree = compiled
+    if not refs:  # most templates: a literal only
+        return lits[0], ()
     steps = tuple((*holes[ref], lits[h + 1], agree.get(h) if agree else None) for h, ref in enumerate(refs))
     return lits[0], steps
 
