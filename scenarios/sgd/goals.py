@@ -260,14 +260,14 @@ def _value(sf: _ServiceFacts, slot: str, rng: random.Random, avoid: str | None =
     if not pool:
         return None
     if avoid is None:
-        return pool[rng.randrange(len(pool))]
+        return rng.choice(pool)  # the draw randrange(len(pool)) makes
     avoid_key = avoid.lower() if fold else avoid
     for _ in range(8):
-        v = pool[rng.randrange(len(pool))]
+        v = rng.choice(pool)
         if (v.lower() if fold else v) != avoid_key:
             return v
     rest = [v for v in pool if (v.lower() if fold else v) != avoid_key]
-    return rest[rng.randrange(len(rest))] if rest else None
+    return rng.choice(rest) if rest else None
 
 
 def _requested(it: _IntentFacts, rng: random.Random, taken: set[str]) -> list[str]:
@@ -285,10 +285,11 @@ def _search_subgoal(sf: _ServiceFacts, it: _IntentFacts, rng: random.Random,
                     state: dict[str, str] | None = None, ahead: list[int] | None = None) -> dict[str, Any]:
     pack, svc, intent = sf.pack, sf.svc, it.intent
     table, rows, echo, required, optional_items = it.table, it.rows, it.echo, it.required, it.optional_items
-    entity = (rows[ahead[rng.randrange(len(ahead))]] if ahead else rng.choice(rows)) if rows else {}
+    entity = (rows[rng.choice(ahead)] if ahead else rng.choice(rows)) if rows else {}
     # values said earlier to this service stay in the dialogue state and filter this search too
-    inherited = {s: v for s, v in (state or {}).items() if s not in link and v not in _ANY and table is not None
-                 and s in table.columns and s not in echo and (s in intent.optional_slots or s in intent.required_slots)}
+    inherited = {s: v for s, v in state.items() if s not in link and v not in _ANY and table is not None
+                 and s in table.columns and s not in echo and (s in intent.optional_slots or s in intent.required_slots)
+                 } if state else {}
     if table is not None and (link or inherited):
         # keep the carried-over values (the previous city...) that some entity has, and pick such an entity;
         # a value no entity here has is not carried over: the user states one of this table instead. So is a
@@ -310,7 +311,7 @@ def _search_subgoal(sf: _ServiceFacts, it: _IntentFacts, rng: random.Random,
             fits = ahead if len(ahead) < 64 else set(ahead)
             hits = [h for h in hits if h in fits] or hits
         if hits:
-            entity = rows[hits[rng.randrange(len(hits))]]
+            entity = rows[rng.choice(hits)]
     constraints: dict[str, str] = {}
     for slot, value in inherited.items():
         if entity.get(slot) and entity[slot].lower() != value.lower():
@@ -367,7 +368,7 @@ def _search_subgoal(sf: _ServiceFacts, it: _IntentFacts, rng: random.Random,
                  if d in _ANY and s in table.columns and s not in echo and s not in constraints and s not in optional
                  and s not in link and (entity.get(s) or not svc.is_categorical(s))]
         relax[:0] = loose
-    taken = set(constraints) | set(optional) | set(link)
+    taken = {*constraints, *optional, *link}
     return {"service": svc.name, "intent": intent.name, "constraints": constraints, "optional": optional,
             "requested": _requested(it, rng, taken), "relax": relax, "feasible": feasible,
             "from_previous": link, "entity": entity or None}
@@ -436,7 +437,7 @@ def _txn_subgoal(sf: _ServiceFacts, it: _IntentFacts, rng: random.Random, link: 
         alt = _value(sf, slot, rng, avoid=constraints[slot])
         if alt:
             relax.append([slot, alt])
-    taken = set(constraints) | set(optional) | set(link)
+    taken = {*constraints, *optional, *link}
     return {"service": sf.name, "intent": it.intent.name, "constraints": constraints, "optional": optional,
             "requested": _requested(it, rng, taken), "relax": relax, "feasible": True,
             "from_previous": link, "entity": None}
@@ -549,6 +550,8 @@ def sample_goal(pack: Pack, rng: random.Random, services: list[str] | None = Non
             subgoals.append(_search_subgoal(sf, it, rng, link, infeasible_share, known, sure, state, ahead))
         last = subgoals[-1]
         _fix_pairs(sf, it, last, known, rng)
+        if k + 1 == len(steps):
+            break  # the last subgoal passes nothing on
         linked = {s: known[ps] for s, ps in last["from_previous"].items() if ps in known}
         sure = set(last["constraints"]) | {s for s, ps in last["from_previous"].items() if ps in sure}
         # a booking's likely values include those of the entity the search before it found

@@ -50,21 +50,34 @@ def act_token(act: str, slot: str, values: Sequence[str]) -> tuple[str, bool]:
 
 
 class _TokenCache(dict):
-    """(act, slot, *values) -> signature token, computed on first use: a lookup on the hot path is a plain
-    subscript, with no Python call per act."""
+    """(act, slot, *values) -> signature token, computed on first use."""
 
     def __missing__(self, key: tuple) -> str:
-        if len(self) > 500_000:
+        if len(self) > 100_000:
             self.clear()
         tok = self[key] = act_token(key[0], key[1], key[2:])[0]
         return tok
 
 
-_TOKENS = _TokenCache()
+class _ShapeCache(dict):
+    """(act, slot, number of values) -> the token of an act whose values are all literal (no True, False or
+    dontcare), computed on first use; None for an intent act, whose values are part of its token."""
+
+    def __missing__(self, key: tuple[str, str, int]) -> str | None:
+        act, slot, n = key
+        tok = self[key] = None if n and slot and act.endswith("_INTENT") else act_token(act, slot, ("",) * n)[0]
+        return tok
+
+
+_TOKENS = _TokenCache()  # bound values and intents only: a few hundred keys
+_SHAPES = _ShapeCache()  # a few hundred keys too, where keys with the values' words would be tens of thousands
 
 
 def _token(a: Any) -> str:
-    return _TOKENS[(a.act, a.slot, *a.values)]
+    # literal values shape a token by their number alone: keyed so, the cache stays small and hot
+    values = a.values
+    tok = _SHAPES[(a.act, a.slot, len(values))] if BOUND_VALUES.isdisjoint(values) else None
+    return tok if tok is not None else _TOKENS[(a.act, a.slot, *values)]
 
 
 def signature(acts: Sequence[Any]) -> tuple[str, list[int]]:
@@ -234,8 +247,9 @@ class Realizer:
         self.rich = rich  # exact wordings below which composed ones are mixed in
         self._domain: dict[tuple[str, str], dict[str, list[Template]]] = {}
         self._plans: dict[tuple[str, str, str], _Plan] = {}
-        # (speaker, service, act tokens in the caller's order) -> (plan, order): no sort or join per call
-        self._fast: dict[tuple, tuple[_Plan, list[int]]] = {}
+        # (speaker, service, act tokens in the caller's order) -> (plan, order, its wordings when it places no
+        # value): no sort or join per call
+        self._fast: dict[tuple, tuple[_Plan, list[int], list[str] | None]] = {}
         self._noncat: dict[str, frozenset[str]] = {
             name: frozenset(s for s, ss in svc.slots.items() if not ss.is_categorical) for name, svc in services.items()}
 
@@ -347,11 +361,7 @@ class Realizer:
 
     def realize(self, speaker: str, service: str, acts: list[Act], rng: random.Random) -> tuple[str, list[SlotSpan]]:
         """The utterance for one frame's acts and the spans of the non-categorical values placed in it."""
-        if len(acts) == 1:
-            a = acts[0]
-            fast = (speaker, service, _TOKENS[(a.act, a.slot, *a.values)])
-        else:
-            fast = (speaker, service, *[_TOKENS[(a.act, a.slot, *a.values)] for a in acts])
+        fast = (speaker, service, _token(acts[0])) if len(acts) == 1 else (speaker, service, *map(_token, acts))
         got = self._fast.get(fast)
         if got is None:
             # the plan depends on the signature alone; ``order`` maps its positions onto these acts
@@ -457,6 +467,8 @@ def _bind(compiled: tuple, holes: list[tuple[int, int, str | None]]) -> tuple[st
     (signature position, value index, span slot or None, the literal after it, its number agreement or None),
     so that filling it takes one step per value."""
     lits, refs, agree = compiled
+    if not refs:  # most templates: a literal only
+        return lits[0], ()
     steps = tuple((*holes[ref], lits[h + 1], agree.get(h) if agree else None) for h, ref in enumerate(refs))
     return lits[0], steps
 
