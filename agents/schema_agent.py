@@ -11,8 +11,10 @@ whether there is anything else (REQ_MORE); say goodbye. Utterances come from the
 
 from __future__ import annotations
 
+import bisect
 import itertools
 import random
+from operator import attrgetter
 from typing import Any
 
 from ..engine.events import Act, DialogueState, Frame, SlotSpan
@@ -25,8 +27,7 @@ _LITERAL = frozenset(("OFFER_INTENT", "INFORM_COUNT"))  # acts whose value is sa
 _OPEN_QUESTION = "How can I help you?"  # what the agent says before it knows which service the user wants
 
 
-def _act_key(a: Act) -> tuple[str, str]:
-    return (a.act, a.slot)
+_act_key = attrgetter("act", "slot")  # (act, slot): the order of a frame's acts, without a Python call per act
 
 
 class _Service:
@@ -255,16 +256,19 @@ class SchemaAgent:
     # -- policy -----------------------------------------------------------------------------------
 
     def _policy(self, acts: list[tuple[str, Act]], user_end: bool) -> AgentReply:
-        kinds = {a.act for _, a in acts}
         tracks, services = self.tracks, self._services
         for t in tracks.values():
             if t.requested:
                 t.requested = []
-        # the service the user is talking about: the one with a new intent, else the last one spoken of
-        for name, a in acts:
-            if a.act == "INFORM_INTENT" or self.current is None:
-                self.current = name
+        # the acts' kinds, and the service the user is talking about: the one with a new intent, else the
+        # last one spoken of
+        kinds = set()
         name = self.current
+        for s, a in acts:
+            kinds.add(a.act)
+            if a.act == "INFORM_INTENT" or name is None:
+                name = s
+        self.current = name
         if name is None:
             return self._say(None, [("REQ_MORE", "", None)], end=False)
         t = tracks.get(name) or self._track(name)
@@ -414,7 +418,10 @@ class SchemaAgent:
         else:
             sets = mined[t.intent] = _mined_offer_sets(self.pack, name, svc, t.intent)
         if sets:
-            slots = self.rng.choices(sets[0], cum_weights=sets[1])[0]  # as weights=, without re-summing
+            # one weighted draw, exactly as rng.choices(sets, cum_weights=cum)[0] makes it (same random() call
+            # and bisection), without building its list
+            population, cum = sets
+            slots = population[bisect.bisect(cum, self.rng.random() * (cum[-1] + 0.0), 0, len(population) - 1)]
             if all(s in row and row[s] not in (None, "") for s in slots):
                 return [("OFFER", s, row[s]) for s in slots]
         slots = svc.offer_slots.get(t.intent, ())
@@ -428,15 +435,18 @@ class SchemaAgent:
 
     def _say(self, name: str | None, acts: list[tuple[str, str, Any]], end: bool) -> AgentReply:
         """Realize the acts (spoken variants via the pack), remember what was said, expose the state."""
-        last = self.last = {a[0] for a in acts}
-        self._expecting = [a[1] for a in acts if a[0] == "REQUEST"] if "REQUEST" in last else []
         frames: list[Frame] = []
         utterance = ""
-        if name is not None:
+        if name is None:  # nothing understood yet, so no service to speak for: still never an empty turn
+            last = self.last = {a[0] for a in acts}
+            utterance = _OPEN_QUESTION
+        else:
+            last = self.last = set()
             svc = self._services.get(name) or self._service(name)
             categorical, pack, rng = svc.categorical, self.pack, self.rng
             built: list[Act] = []
             for act, slot, value in acts:
+                last.add(act)
                 if value is None:
                     built.append(Act(act=act, slot=slot))
                     continue
@@ -453,8 +463,7 @@ class SchemaAgent:
             frames.append(Frame(service=name, actions=built, slots=spans))
             if "OFFER" in last:
                 self._offer_acts[name] = [a for a in built if a.act == "OFFER"]
-        else:  # nothing understood yet, so no service to speak for: still never an empty turn
-            utterance = _OPEN_QUESTION
+        self._expecting = [a[1] for a in acts if a[0] == "REQUEST"] if "REQUEST" in last else []
         if len(self.tracks) == 1:  # the common case: one service, no dict comprehension
             (n, t), = self.tracks.items()
             state = {n: t.state()}

@@ -16,6 +16,7 @@ its next turn; the state always holds what the user means.
 from __future__ import annotations
 
 import random
+from operator import attrgetter
 from typing import Any
 
 from ..engine.events import Act, AgentTurn, DialogueState, Frame
@@ -87,8 +88,7 @@ class _Sub:
         return self.fulfilled and not self.pending
 
 
-def _act_key(a: Act) -> tuple[str, str]:
-    return (a.act, a.slot)
+_act_key = attrgetter("act", "slot")  # (act, slot): the order of a frame's acts, without a Python call per act
 
 
 _EMPTY: dict[str, str] = {}  # read-only stand-in for a service with no values yet
@@ -144,7 +144,7 @@ class AgendaUser:
         self.useless = 0
         self.heard: set[tuple] = set()  # signatures of the system turns heard so far
         self._sorted: dict[str, dict[str, list[str]]] = {}  # state slot values as last annotated
-        self._dirty: set[str] = set()  # services whose values changed since
+        self._dirty: dict[str, dict[str, None]] = {}  # service -> the slots whose values changed since, in order
         self._offer_acts: list[Act] = []  # the OFFER acts of the entity on the table
         self.left = ""  # why the user left early ("" while talking)
         self.ended = False
@@ -647,20 +647,25 @@ class AgendaUser:
 
     def _accept(self, service: str, act: Act) -> None:
         """The user takes on a value the system said (a confirmed, proposed or selected one) into the state."""
-        if (act.slot not in (self._services.get(service) or self._service(service)).args
-                or not act.canonical_values or not act.values):
-            return
-        canon, spoken = act.canonical_values[0], act.values[0]
-        cur = self.canon.setdefault(service, {})
-        vals = self.values.setdefault(service, {})
-        if _same(cur.get(act.slot), canon):
-            if spoken not in vals[act.slot]:
-                vals[act.slot].append(spoken)
-                self._dirty.add(service)
+        if (act.slot in (self._services.get(service) or self._service(service)).args
+                and act.canonical_values and act.values):
+            self._hold(service, act.slot, act.canonical_values[0], act.values[0])
+
+    def _hold(self, service: str, slot: str, canon: str, spoken: str) -> None:
+        """Put a value in the state: a new one replaces the slot's variants, the same one adds its variant."""
+        cur = self.canon.get(service)
+        if cur is None:
+            cur = self.canon[service] = {}
+            self.values[service] = {}
+        vals = self.values[service]
+        if _same(cur.get(slot), canon):
+            if spoken in vals[slot]:
+                return
+            vals[slot].append(spoken)
         else:
-            cur[act.slot] = canon
-            vals[act.slot] = [spoken]
-            self._dirty.add(service)
+            cur[slot] = canon
+            vals[slot] = [spoken]
+        self._dirty.setdefault(service, {})[slot] = None
 
     def _say(self, service: str, slot: str, canon: str) -> str:
         """The spoken variant of ``canon`` this user uses (chosen once, then repeated)."""
@@ -733,9 +738,16 @@ class AgendaUser:
                 spans = [type(sp)(slot=sp.slot, start=sp.start + offset, exclusive_end=sp.exclusive_end + offset)
                          for sp in spans]
             slot_values = self._sorted.get(service)
-            if slot_values is None or service in self._dirty:  # rebuilt only when a value changed
+            changed = self._dirty.pop(service, None)
+            if slot_values is None:
                 slot_values = self._sorted[service] = {k: sorted(v) for k, v in self.values.get(service, {}).items()}
-                self._dirty.discard(service)
+            elif changed:
+                # a new dict (the last one is in logged states) with just the changed slots sorted again; new
+                # slots come last in the order they were first held, as in ``values``
+                slot_values = self._sorted[service] = dict(slot_values)
+                values = self.values[service]
+                for k in changed:
+                    slot_values[k] = sorted(values[k])
             state = DialogueState(active_intent=self.active.get(service, "NONE"), requested_slots=requested,
                                   slot_values=slot_values)
             frames.append(Frame(service=service, actions=acts, slots=spans, state=state))
@@ -756,17 +768,7 @@ class AgendaUser:
                 if sub is not None and sub.service == service:
                     self.active[service] = sub.intent
             elif act == "INFORM" and value is not None and slot in args:
-                cur = self.canon.setdefault(service, {})
-                vals = self.values.setdefault(service, {})
-                spoken = self._say(service, slot, value)
-                if _same(cur.get(slot), value):
-                    if spoken not in vals[slot]:
-                        vals[slot].append(spoken)
-                        self._dirty.add(service)
-                else:
-                    cur[slot] = value
-                    vals[slot] = [spoken]
-                    self._dirty.add(service)
+                self._hold(service, slot, value, self._say(service, slot, value))
 
 
 _OPTIONS = {"patience": int, "verbosity": float, "alts_rate": float, "max_alts": int, "request_first": float}

@@ -44,16 +44,78 @@ def _memo(pack: Pack) -> dict[Any, Any]:
         return memo
 
 
-def _spec(pack: Pack, svc: ServiceSchema, intent: IntentSchema) -> tuple:
-    """Per intent, once: its table and rows, echo slots, required slots and sorted optional (slot, default)."""
+class _IntentFacts:
+    """What a draw needs of one intent, derived from the pack once: its table and rows, echo slots, required
+    and sorted optional (slot, default) slots, mined request rates, the entities a booking can name, and
+    the links and look-aheads computed so far."""
+
+    __slots__ = ("intent", "table", "rows", "echo", "required", "optional_items", "rates", "fitting", "txn_echo",
+                 "links", "ahead")
+
+    def __init__(self, pack: Pack, svc: ServiceSchema, intent: IntentSchema) -> None:
+        tables = _tables_of(pack)
+        self.intent = intent
+        self.table = table = tables.get((svc.name, intent.name))
+        self.rows = pack.entities(svc.name, intent.name) if not intent.is_transactional else []
+        self.echo = table.echo if table is not None else frozenset()
+        self.required = tuple(intent.required_slots)
+        self.optional_items = tuple(sorted(intent.optional_slots.items()))
+        st = pack.stats.get("services", {}).get(svc.name, {})
+        n_intent = st.get("intents", {}).get(intent.name, 0)
+        counts = st.get("requested", {}).get(intent.name, {})
+        # (slot, request rate) of result slots; None for an intent real dialogues never had
+        self.rates = [(s, min(0.9, counts.get(s, 0) / n_intent)) for s in intent.result_slots
+                      if counts.get(s)] if n_intent else None
+        self.fitting: list[dict[str, str]] = []  # transactions: the entities that have one of its inputs
+        self.txn_echo: frozenset[str] = frozenset()  # transactions: the slots any search of the service echoes
+        if intent.is_transactional:
+            inputs = set(intent.required_slots) | set(intent.optional_slots)
+            own = [t for (s, _), t in tables.items() if s == svc.name]
+            self.fitting = [r for r in pack.entities(svc.name) if inputs & set(r)]
+            self.txn_echo = frozenset().union(*(t.echo for t in own)) if own else frozenset()
+        self.links: dict[tuple[str, str], dict[str, str]] = {}  # (previous service, intent) -> from_previous
+        self.ahead: dict[tuple, list[int]] = {}  # (next service, intent, link items) -> rows (see _ahead)
+
+
+class _ServiceFacts:
+    """What a draw needs of one service, derived from the pack once: intent chains, slot pairs, value pools
+    and the facts of its intents (one attribute read instead of a memo key per lookup on the hot path)."""
+
+    __slots__ = ("pack", "svc", "name", "chains", "places", "dates", "pools", "intents")
+
+    def __init__(self, pack: Pack, svc: ServiceSchema) -> None:
+        self.pack, self.svc, self.name = pack, svc, svc.name
+        self.chains = _weights({k: float(n) for k, n in pack.stats.get("services", {}).get(svc.name, {}).get(
+            "chains", {}).items() if k and all(i in svc.intents for i in k.split(">")) and len(k.split(">")) <= 2
+            and len(set(k.split(">"))) == len(k.split(">"))})
+        self.places, self.dates = slot_pairs(svc.slots)
+        self.pools: dict[str, list[str]] = {}  # slot -> its value pool without "dontcare" and "" (see pool)
+        self.intents = {name: _IntentFacts(pack, svc, intent) for name, intent in svc.intents.items()}
+
+    def pool(self, slot: str) -> list[str]:
+        pool = self.pools.get(slot)
+        if pool is None:
+            pool = self.pools[slot] = [v for v in self.pack.value_pool(self.name, slot) if v not in _ANY]
+        return pool
+
+
+class _Facts(dict):
+    """Service name -> _ServiceFacts, built on first use (an unknown service is a UserError)."""
+
+    def __init__(self, pack: Pack) -> None:
+        super().__init__()
+        self.pack = pack
+
+    def __missing__(self, name: str) -> _ServiceFacts:
+        got = self[name] = _ServiceFacts(self.pack, self.pack.service(name))
+        return got
+
+
+def _facts(pack: Pack) -> _Facts:
     memo = _memo(pack)
-    key = ("spec", svc.name, intent.name)
-    got = memo.get(key)
+    got = memo.get("facts")
     if got is None:
-        table = _tables_of(pack).get((svc.name, intent.name))
-        got = memo[key] = (table, pack.entities(svc.name, intent.name) if not intent.is_transactional else [],
-                           table.echo if table is not None else frozenset(), tuple(intent.required_slots),
-                           tuple(sorted(intent.optional_slots.items())))
+        got = memo["facts"] = _Facts(pack)
     return got
 
 
@@ -74,27 +136,24 @@ def _pick(rng: random.Random, weighted: tuple[list[str], list[float]]) -> str:
 
 
 def _service_weights(pack: Pack, pool: list[str]) -> tuple[Any, Any, dict[str, list[str]], Any]:
-    key = ("services", tuple(pool))
-    memo = _memo(pack)
-    if key not in memo:
-        stats = pack.stats
-        pairs = _weights({k: float(n) for k, n in stats.get("pairs", {}).items()
-                          if all(s in pool for s in k.split("|"))})
-        by_domain: dict[str, list[str]] = {}
-        for s in pool:
-            by_domain.setdefault(s.rsplit("_", 1)[0], []).append(s)
-        dpairs: dict[str, float] = {}
-        for k, n in stats.get("pairs", {}).items():
-            doms = [s.rsplit("_", 1)[0] for s in k.split("|")]
-            if all(d in by_domain for d in doms) and len(set(doms)) == len(doms):
-                dpairs["|".join(doms)] = dpairs.get("|".join(doms), 0.0) + n
-        single = _weights({s: float(stats.get("services", {}).get(s, {}).get("dialogues", 0)) or 50.0 for s in pool})
-        memo[key] = (pairs, _weights(dpairs), by_domain, single)
-    return memo[key]
+    """(service pair weights, domain pair weights, pool services by domain, single service weights)."""
+    stats = pack.stats
+    pairs = _weights({k: float(n) for k, n in stats.get("pairs", {}).items()
+                      if all(s in pool for s in k.split("|"))})
+    by_domain: dict[str, list[str]] = {}
+    for s in pool:
+        by_domain.setdefault(s.rsplit("_", 1)[0], []).append(s)
+    dpairs: dict[str, float] = {}
+    for k, n in stats.get("pairs", {}).items():
+        doms = [s.rsplit("_", 1)[0] for s in k.split("|")]
+        if all(d in by_domain for d in doms) and len(set(doms)) == len(doms):
+            dpairs["|".join(doms)] = dpairs.get("|".join(doms), 0.0) + n
+    single = _weights({s: float(stats.get("services", {}).get(s, {}).get("dialogues", 0)) or 50.0 for s in pool})
+    return pairs, _weights(dpairs), by_domain, single
 
 
-def _services_for(pack: Pack, rng: random.Random, pool: list[str], multi_share: float) -> list[str]:
-    pairs, dpairs, by_domain, single = _service_weights(pack, pool)
+def _services_for(rng: random.Random, pool: list[str], weights: tuple, multi_share: float) -> list[str]:
+    pairs, dpairs, by_domain, single = weights
     if rng.random() < multi_share and len(pool) > 1:
         if pairs:
             return _pick(rng, pairs).split("|")
@@ -104,35 +163,30 @@ def _services_for(pack: Pack, rng: random.Random, pool: list[str], multi_share: 
     return [_pick(rng, single)]
 
 
-def _chain(pack: Pack, svc: ServiceSchema, rng: random.Random) -> list[IntentSchema]:
-    key = ("chain", svc.name)
-    memo = _memo(pack)
-    if key not in memo:
-        memo[key] = _weights({k: float(n) for k, n in pack.stats.get("services", {}).get(svc.name, {}).get(
-            "chains", {}).items() if k and all(i in svc.intents for i in k.split(">")) and len(k.split(">")) <= 2
-            and len(set(k.split(">"))) == len(k.split(">"))})
-    chains = memo[key]
-    if chains:
-        return [svc.intents[i] for i in _pick(rng, chains).split(">")]
+def _chain(sf: _ServiceFacts, rng: random.Random) -> list[_IntentFacts]:
+    if sf.chains:
+        return [sf.intents[i] for i in _pick(rng, sf.chains).split(">")]
+    svc = sf.svc
     search, txn = svc.search_intents, svc.transactional_intents
     r = rng.random()
     if search and txn and r < 0.5:
         s = rng.choice(search)
         linked = [t for t in txn if set(t.required_slots) & set(s.result_slots)] or txn
-        return [s, rng.choice(linked)]
-    if search and (r < 0.8 or not txn):
-        return [rng.choice(search)]
-    return [rng.choice(txn or search)]
+        chain = [s, rng.choice(linked)]
+    elif search and (r < 0.8 or not txn):
+        chain = [rng.choice(search)]
+    else:
+        chain = [rng.choice(txn or search)]
+    return [sf.intents[i.name] for i in chain]
 
 
-def _link(pack: Pack, prev_svc: ServiceSchema, prev_intent: IntentSchema, svc: ServiceSchema,
-          intent: IntentSchema) -> dict[str, str]:
+def _link(prev_sf: _ServiceFacts, prev_it: _IntentFacts, sf: _ServiceFacts, it: _IntentFacts) -> dict[str, str]:
     """from_previous across subgoals (a fresh dict; computed once per pair of intents)."""
-    key = ("link", prev_svc.name, prev_intent.name, svc.name, intent.name)
-    memo = _memo(pack)
-    if key not in memo:
-        memo[key] = _compute_link(pack, prev_svc, prev_intent, svc, intent)
-    return dict(memo[key])
+    key = (prev_sf.name, prev_it.intent.name)
+    link = it.links.get(key)
+    if link is None:
+        link = it.links[key] = _compute_link(sf.pack, prev_sf.svc, prev_it.intent, sf.svc, it.intent)
+    return dict(link)
 
 
 def _compute_link(pack: Pack, prev_svc: ServiceSchema, prev_intent: IntentSchema, svc: ServiceSchema,
@@ -195,61 +249,47 @@ def _vkind(pack: Pack, service: str, slot: str) -> str:
 
 
 def _pairs(pack: Pack, svc: ServiceSchema) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
-    key = ("pairs", svc.name)
-    memo = _memo(pack)
-    if key not in memo:
-        memo[key] = slot_pairs(svc.slots)
-    return memo[key]
+    sf = _facts(pack)[svc.name]
+    return sf.places, sf.dates
 
 
-def _value(pack: Pack, service: str, slot: str, rng: random.Random, avoid: str | None = None,
+def _value(sf: _ServiceFacts, slot: str, rng: random.Random, avoid: str | None = None,
            fold: bool = False) -> str | None:
     """A random value of the slot's pool, other than ``avoid`` (compared case-insensitively with ``fold``)."""
-    key = ("pool", service, slot)
-    memo = _memo(pack)
-    pool = memo.get(key)
-    if pool is None:
-        pool = memo[key] = [v for v in pack.value_pool(service, slot) if v not in _ANY]
+    pool = sf.pool(slot)
     if not pool:
         return None
     if avoid is None:
-        return pool[rng.randrange(len(pool))]
+        return rng.choice(pool)  # the draw randrange(len(pool)) makes
     avoid_key = avoid.lower() if fold else avoid
     for _ in range(8):
-        v = pool[rng.randrange(len(pool))]
+        v = rng.choice(pool)
         if (v.lower() if fold else v) != avoid_key:
             return v
     rest = [v for v in pool if (v.lower() if fold else v) != avoid_key]
-    return rest[rng.randrange(len(rest))] if rest else None
+    return rng.choice(rest) if rest else None
 
 
-def _requested(pack: Pack, svc: ServiceSchema, intent: IntentSchema, rng: random.Random, taken: set[str]) -> list[str]:
+def _requested(it: _IntentFacts, rng: random.Random, taken: set[str]) -> list[str]:
     """Result slots to ask about: each with its mined request rate (unmined intents: zero to two at random)."""
-    key = ("requested", svc.name, intent.name)
-    memo = _memo(pack)
-    rates = memo.get(key)
-    if rates is None:
-        st = pack.stats.get("services", {}).get(svc.name, {})
-        n_intent = st.get("intents", {}).get(intent.name, 0)
-        counts = st.get("requested", {}).get(intent.name, {})
-        rates = memo[key] = [(s, min(0.9, counts.get(s, 0) / n_intent)) for s in intent.result_slots
-                             if counts.get(s)] if n_intent else None
-    if rates is not None:
-        return [s for s, p in rates if s not in taken and rng.random() < p][:3]
-    options = [s for s in intent.result_slots if s not in taken]
+    if it.rates is not None:
+        return [s for s, p in it.rates if s not in taken and rng.random() < p][:3]
+    options = [s for s in it.intent.result_slots if s not in taken]
     rng.shuffle(options)
     return sorted(options[: rng.choice((0, 1, 1, 2))])
 
 
-def _search_subgoal(pack: Pack, svc: ServiceSchema, intent: IntentSchema, rng: random.Random,
+def _search_subgoal(sf: _ServiceFacts, it: _IntentFacts, rng: random.Random,
                     link: dict[str, str], infeasible_share: float, known: dict[str, str],
                     sure: frozenset[str] | set[str] = frozenset(),
                     state: dict[str, str] | None = None, ahead: list[int] | None = None) -> dict[str, Any]:
-    table, rows, echo, required, optional_items = _spec(pack, svc, intent)
-    entity = (rows[ahead[rng.randrange(len(ahead))]] if ahead else rng.choice(rows)) if rows else {}
+    pack, svc, intent = sf.pack, sf.svc, it.intent
+    table, rows, echo, required, optional_items = it.table, it.rows, it.echo, it.required, it.optional_items
+    entity = (rows[rng.choice(ahead)] if ahead else rng.choice(rows)) if rows else {}
     # values said earlier to this service stay in the dialogue state and filter this search too
-    inherited = {s: v for s, v in (state or {}).items() if s not in link and v not in _ANY and table is not None
-                 and s in table.columns and s not in echo and (s in intent.optional_slots or s in intent.required_slots)}
+    inherited = {s: v for s, v in state.items() if s not in link and v not in _ANY and table is not None
+                 and s in table.columns and s not in echo and (s in intent.optional_slots or s in intent.required_slots)
+                 } if state else {}
     if table is not None and (link or inherited):
         # keep the carried-over values (the previous city...) that some entity has, and pick such an entity;
         # a value no entity here has is not carried over: the user states one of this table instead. So is a
@@ -271,7 +311,7 @@ def _search_subgoal(pack: Pack, svc: ServiceSchema, intent: IntentSchema, rng: r
             fits = ahead if len(ahead) < 64 else set(ahead)
             hits = [h for h in hits if h in fits] or hits
         if hits:
-            entity = rows[hits[rng.randrange(len(hits))]]
+            entity = rows[rng.choice(hits)]
     constraints: dict[str, str] = {}
     for slot, value in inherited.items():
         if entity.get(slot) and entity[slot].lower() != value.lower():
@@ -281,13 +321,13 @@ def _search_subgoal(pack: Pack, svc: ServiceSchema, intent: IntentSchema, rng: r
         if slot in link:
             continue
         v = entity.get(slot) if slot not in echo else None
-        v = v or _value(pack, svc.name, slot, rng)
+        v = v or _value(sf, slot, rng)
         if v:
             constraints[slot] = v
     for slot, default in optional_items:
         if slot in link:
             continue
-        v = entity.get(slot) if slot not in echo else _value(pack, svc.name, slot, rng)
+        v = entity.get(slot) if slot not in echo else _value(sf, slot, rng)
         if not v:
             continue
         if slot not in echo and default not in _ANY and v != default:
@@ -308,7 +348,7 @@ def _search_subgoal(pack: Pack, svc: ServiceSchema, intent: IntentSchema, rng: r
                 # nothing may match whether or not the user is asked for their optional values
                 bare = dict(intent.optional_slots, **constraints)
                 bare[slot] = alt
-                if not _pairs_ok(pack, svc, {**linked, **optional, **bare}):
+                if not _pairs_ok(sf, {**linked, **optional, **bare}):
                     continue  # not a trip from Los Angeles to Los Angeles
                 if not table.match(bare) and not table.match(dict(bare, **optional)):
                     relax.append([slot, constraints[slot]])
@@ -328,28 +368,27 @@ def _search_subgoal(pack: Pack, svc: ServiceSchema, intent: IntentSchema, rng: r
                  if d in _ANY and s in table.columns and s not in echo and s not in constraints and s not in optional
                  and s not in link and (entity.get(s) or not svc.is_categorical(s))]
         relax[:0] = loose
-    taken = set(constraints) | set(optional) | set(link)
+    taken = {*constraints, *optional, *link}
     return {"service": svc.name, "intent": intent.name, "constraints": constraints, "optional": optional,
-            "requested": _requested(pack, svc, intent, rng, taken), "relax": relax, "feasible": feasible,
+            "requested": _requested(it, rng, taken), "relax": relax, "feasible": feasible,
             "from_previous": link, "entity": entity or None}
 
 
-def _ahead(pack: Pack, svc: ServiceSchema, intent: IntentSchema, nxt: tuple[ServiceSchema, IntentSchema] | None,
+def _ahead(sf: _ServiceFacts, it: _IntentFacts, nxt: tuple[_ServiceFacts, _IntentFacts] | None,
            link: dict[str, str]) -> list[int]:
     """Rows of a search whose values the next search can find: the next search of the same service filters
     on what was said (one way, then round trip), another service's on the values carried over (an event's
     city, then a hotel there). Empty when no row or nothing to look ahead for."""
-    if nxt is None or nxt[1].is_transactional:
+    if nxt is None or nxt[1].intent.is_transactional:
         return []
-    key = ("ahead", svc.name, intent.name, nxt[0].name, nxt[1].name, *sorted(link.items()))
-    memo = _memo(pack)
-    if key not in memo:
-        tables = _tables_of(pack)
-        first, second = tables.get((svc.name, intent.name)), tables.get((nxt[0].name, nxt[1].name))
+    key = (nxt[0].name, nxt[1].intent.name, *sorted(link.items()))
+    got = it.ahead.get(key)
+    if got is None:
+        first, second = it.table, nxt[1].table
         out: list[int] = []
         if first is not None and second is not None:
-            then = nxt[1]
-            if nxt[0].name == svc.name:
+            then = nxt[1].intent
+            if nxt[0].name == sf.name:
                 pairs = [(s, s) for s in list(then.required_slots) + list(then.optional_slots)]
             else:
                 pairs = [(src, dst) for dst, src in sorted(link.items())]
@@ -357,42 +396,34 @@ def _ahead(pack: Pack, svc: ServiceSchema, intent: IntentSchema, nxt: tuple[Serv
                      and a not in first.echo and b not in second.echo]
             if pairs:
                 out = [n for n, row in enumerate(first.rows) if second.match({b: row[a] for a, b in pairs if a in row})]
-        memo[key] = out
-    return memo[key]
+        got = it.ahead[key] = out
+    return got
 
 
-def _txn_subgoal(pack: Pack, svc: ServiceSchema, intent: IntentSchema, rng: random.Random,
-                 link: dict[str, str], known: dict[str, str] | None = None) -> dict[str, Any]:
+def _txn_subgoal(sf: _ServiceFacts, it: _IntentFacts, rng: random.Random, link: dict[str, str],
+                 known: dict[str, str] | None = None) -> dict[str, Any]:
     # a stand-alone booking names a real entity, so its identity columns come from one row
     entity: dict[str, str] = {}
-    memo = _memo(pack)
-    key = ("txn", svc.name, intent.name)
-    if key not in memo:
-        inputs = set(intent.required_slots) | set(intent.optional_slots)
-        tables = [t for (s, _), t in _tables_of(pack).items() if s == svc.name]
-        memo[key] = ([r for r in pack.entities(svc.name) if inputs & set(r)],
-                     frozenset().union(*(t.echo for t in tables)) if tables else frozenset())
-    fitting, echo = memo[key]
+    fitting, echo = it.fitting, it.txn_echo
     if fitting and not any(s.endswith("name") or s.endswith("title") for s in link):
         entity = rng.choice(fitting)  # the entity to book, unless the previous subgoal names it
     constraints: dict[str, str] = {}
     optional: dict[str, str] = {}
-    _, _, _, required, optional_items = _spec(pack, svc, intent)
-    for slot in required:
+    for slot in it.required:
         if slot in link:
             # carried over; a concrete value of its own (the likely one) for when the user cannot carry it
-            v = (known or {}).get(link[slot]) or _value(pack, svc.name, slot, rng)
+            v = (known or {}).get(link[slot]) or _value(sf, slot, rng)
             if v:
                 optional[slot] = v
             continue
         v = entity.get(slot) if slot not in echo else None
-        v = v or _value(pack, svc.name, slot, rng)
+        v = v or _value(sf, slot, rng)
         if v:
             constraints[slot] = v
-    for slot, default in optional_items:
+    for slot, default in it.optional_items:
         if slot in link:
             continue
-        v = (entity.get(slot) if slot not in echo else None) or _value(pack, svc.name, slot, rng)
+        v = (entity.get(slot) if slot not in echo else None) or _value(sf, slot, rng)
         if not v:
             continue
         if rng.random() < 0.3:
@@ -403,18 +434,18 @@ def _txn_subgoal(pack: Pack, svc: ServiceSchema, intent: IntentSchema, rng: rand
     changeable = [s for s in sorted(constraints) if s not in entity or s in echo]
     if changeable:
         slot = rng.choice(changeable)
-        alt = _value(pack, svc.name, slot, rng, avoid=constraints[slot])
+        alt = _value(sf, slot, rng, avoid=constraints[slot])
         if alt:
             relax.append([slot, alt])
-    taken = set(constraints) | set(optional) | set(link)
-    return {"service": svc.name, "intent": intent.name, "constraints": constraints, "optional": optional,
-            "requested": _requested(pack, svc, intent, rng, taken), "relax": relax, "feasible": True,
+    taken = {*constraints, *optional, *link}
+    return {"service": sf.name, "intent": it.intent.name, "constraints": constraints, "optional": optional,
+            "requested": _requested(it, rng, taken), "relax": relax, "feasible": True,
             "from_previous": link, "entity": None}
 
 
-def _pairs_ok(pack: Pack, svc: ServiceSchema, values: dict[str, str]) -> bool:
+def _pairs_ok(sf: _ServiceFacts, values: dict[str, str]) -> bool:
     """Whether the paired slots among ``values`` are sensible (distinct ends, ordered dates)."""
-    places, dates = _pairs(pack, svc)
+    places, dates = sf.places, sf.dates
     for a, b in places:
         va, vb = values.get(a), values.get(b)
         if va and vb and va not in _ANY and va.lower() == vb.lower():
@@ -426,18 +457,18 @@ def _pairs_ok(pack: Pack, svc: ServiceSchema, values: dict[str, str]) -> bool:
     return True
 
 
-def _fix_pairs(pack: Pack, svc: ServiceSchema, intent: IntentSchema, sg: dict[str, Any], known: dict[str, str],
+def _fix_pairs(sf: _ServiceFacts, it: _IntentFacts, sg: dict[str, Any], known: dict[str, str],
                rng: random.Random) -> None:
     """Paired slots stay sensible as first stated and after every relaxation: a trip's two ends differ,
     an end date follows its start date (values carried over from the previous subgoal count as stated).
 
     Only values the user states freely move: a filtering column of a search keeps its entity's value.
     """
-    places, dates = _pairs(pack, svc)
+    places, dates = sf.places, sf.dates
     if not places and not dates:
         return
     c, opt, link = sg["constraints"], sg["optional"], sg["from_previous"]
-    table = None if intent.is_transactional else _tables_of(pack).get((svc.name, intent.name))
+    table = None if it.intent.is_transactional else it.table
     eff = {s: known[ps] for s, ps in link.items() if ps in known}
     eff.update(opt)
     eff.update(c)
@@ -451,7 +482,7 @@ def _fix_pairs(pack: Pack, svc: ServiceSchema, intent: IntentSchema, sg: dict[st
             va, vb = values.get(a), values.get(b)
             if va and vb and va.lower() == vb.lower() and va not in _ANY:
                 for slot, other in ((b, va), (a, vb)):
-                    alt = _value(pack, svc.name, slot, rng, avoid=other, fold=True) if movable(slot) else None
+                    alt = _value(sf, slot, rng, avoid=other, fold=True) if movable(slot) else None
                     if alt:
                         values[slot] = changed[slot] = alt
                         break
@@ -481,43 +512,46 @@ def sample_goal(pack: Pack, rng: random.Random, services: list[str] | None = Non
 
     ``sequence`` fixes the services and their order instead of drawing them.
     """
+    facts = _facts(pack)
     if sequence:
         order = [pack.service(s).name for s in sequence]
     else:
         memo = _memo(pack)
         key = ("pool", tuple(services) if services else None)
-        pool = memo.get(key)
-        if pool is None:
+        drawn = memo.get(key)
+        if drawn is None:
             pool = sorted(services) if services else sorted(pack.mined_services) or pack.services
             for s in pool:
                 pack.service(s)  # an unknown service is a UserError
-            memo[key] = pool
+            drawn = memo[key] = (pool, _service_weights(pack, pool))
         share = pack.stats.get("multi_service_share", 0.3) if multi_share is None else multi_share
-        order = _services_for(pack, rng, pool, share)
-    steps = [(pack.service(name), intent) for name in order for intent in _chain(pack, pack.service(name), rng)]
-    links = [_link(pack, *steps[k - 1], *steps[k]) if k else {} for k in range(len(steps))]
+        order = _services_for(rng, *drawn, share)
+    steps = [(facts[name], it) for name in order for it in _chain(facts[name], rng)]
+    links = [_link(*steps[k - 1], *steps[k]) if k else {} for k in range(len(steps))]
     subgoals: list[dict[str, Any]] = []
     known: dict[str, str] = {}  # the previous subgoal's likely result values, for carried-over slots
     sure: set[str] = set()  # those of them the user stated (the others come from a row the world may not offer)
     state: dict[str, str] = {}  # what the user has said to the current service so far
-    for k, (svc, intent) in enumerate(steps):
-        if k and steps[k - 1][0] is not svc:
+    for k, (sf, it) in enumerate(steps):
+        if k and steps[k - 1][0] is not sf:
             state = {}
         link = links[k]
-        if intent.is_transactional:
-            subgoals.append(_txn_subgoal(pack, svc, intent, rng, link, known))
+        if it.intent.is_transactional:
+            subgoals.append(_txn_subgoal(sf, it, rng, link, known))
         else:
             nxt = steps[k + 1] if k + 1 < len(steps) else None
-            ahead = _ahead(pack, svc, intent, nxt, links[k + 1] if nxt else {})
-            if not ahead and nxt is not None and nxt[0] is svc and k + 2 < len(steps) and steps[k + 2][0] is not svc:
+            ahead = _ahead(sf, it, nxt, links[k + 1] if nxt else {})
+            if not ahead and nxt is not None and nxt[0] is sf and k + 2 < len(steps) and steps[k + 2][0] is not sf:
                 # search, book, then another service: the booking passes this entity's values on (a hotel
                 # found and booked in a city, then a restaurant there)
                 via = {dst: links[k + 1][src] for dst, src in links[k + 2].items() if src in links[k + 1]}
                 if via:
-                    ahead = _ahead(pack, svc, intent, steps[k + 2], via)
-            subgoals.append(_search_subgoal(pack, svc, intent, rng, link, infeasible_share, known, sure, state, ahead))
+                    ahead = _ahead(sf, it, steps[k + 2], via)
+            subgoals.append(_search_subgoal(sf, it, rng, link, infeasible_share, known, sure, state, ahead))
         last = subgoals[-1]
-        _fix_pairs(pack, svc, intent, last, known, rng)
+        _fix_pairs(sf, it, last, known, rng)
+        if k + 1 == len(steps):
+            break  # the last subgoal passes nothing on
         linked = {s: known[ps] for s, ps in last["from_previous"].items() if ps in known}
         sure = set(last["constraints"]) | {s for s, ps in last["from_previous"].items() if ps in sure}
         # a booking's likely values include those of the entity the search before it found

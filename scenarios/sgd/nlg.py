@@ -49,17 +49,35 @@ def act_token(act: str, slot: str, values: Sequence[str]) -> tuple[str, bool]:
     return f"{act}({slot}*{len(values)})", True
 
 
-_TOKENS: dict[tuple, str] = {}  # (act, slot, *values) -> token: the hot path computes each token once
+class _TokenCache(dict):
+    """(act, slot, *values) -> signature token, computed on first use."""
+
+    def __missing__(self, key: tuple) -> str:
+        if len(self) > 100_000:
+            self.clear()
+        tok = self[key] = act_token(key[0], key[1], key[2:])[0]
+        return tok
+
+
+class _ShapeCache(dict):
+    """(act, slot, number of values) -> the token of an act whose values are all literal (no True, False or
+    dontcare), computed on first use; None for an intent act, whose values are part of its token."""
+
+    def __missing__(self, key: tuple[str, str, int]) -> str | None:
+        act, slot, n = key
+        tok = self[key] = None if n and slot and act.endswith("_INTENT") else act_token(act, slot, ("",) * n)[0]
+        return tok
+
+
+_TOKENS = _TokenCache()  # bound values and intents only: a few hundred keys
+_SHAPES = _ShapeCache()  # a few hundred keys too, where keys with the values' words would be tens of thousands
 
 
 def _token(a: Any) -> str:
-    key = (a.act, a.slot, *a.values)
-    tok = _TOKENS.get(key)
-    if tok is None:
-        if len(_TOKENS) > 500_000:
-            _TOKENS.clear()
-        tok = _TOKENS[key] = act_token(a.act, a.slot, a.values)[0]
-    return tok
+    # literal values shape a token by their number alone: keyed so, the cache stays small and hot
+    values = a.values
+    tok = _SHAPES[(a.act, a.slot, len(values))] if BOUND_VALUES.isdisjoint(values) else None
+    return tok if tok is not None else _TOKENS[(a.act, a.slot, *values)]
 
 
 def signature(acts: Sequence[Any]) -> tuple[str, list[int]]:
@@ -202,20 +220,16 @@ def builtin_list(speaker: str, svc: ServiceSchema | None, acts: list[Act]) -> Te
 
 
 class _Plan:
-    """Resolved ways to realize one signature: alternatives (each a list of groups) with weights."""
+    """Resolved ways to realize one signature: alternatives (each a list of groups) with weights.
+
+    Two alternatives at most (exact wordings, composed ones); ``realize`` picks one by ``cum``.
+    """
 
     __slots__ = ("alternatives", "cum")
 
-    def __init__(self, alternatives: list[list[tuple]], weights: list[int]):
+    def __init__(self, alternatives: list[list[_Group]], weights: list[int]):
         self.alternatives = alternatives
         self.cum = [sum(weights[: k + 1]) for k in range(len(weights))]
-
-    def pick(self, rng: random.Random) -> list[tuple]:
-        """One alternative, by weight."""
-        if len(self.alternatives) == 1:
-            return self.alternatives[0]
-        x = rng.random() * self.cum[-1]
-        return self.alternatives[0] if x < self.cum[0] else self.alternatives[1]
 
 
 class Realizer:
@@ -233,8 +247,9 @@ class Realizer:
         self.rich = rich  # exact wordings below which composed ones are mixed in
         self._domain: dict[tuple[str, str], dict[str, list[Template]]] = {}
         self._plans: dict[tuple[str, str, str], _Plan] = {}
-        # (speaker, service, act tokens in the caller's order) -> (plan, order): no sort or join per call
-        self._fast: dict[tuple, tuple[_Plan, list[int]]] = {}
+        # (speaker, service, act tokens in the caller's order) -> (plan, order, its wordings when it places no
+        # value): no sort or join per call
+        self._fast: dict[tuple, tuple[_Plan, list[int], list[str] | None]] = {}
         self._noncat: dict[str, frozenset[str]] = {
             name: frozenset(s for s, ss in svc.slots.items() if not ss.is_categorical) for name, svc in services.items()}
 
@@ -283,6 +298,7 @@ class Realizer:
         """Groups of acts of one kind (each looked up whole, else act by act) in a natural speaking order."""
         pos_of = {i: k for k, i in enumerate(order)}
         rank = {a: k for k, a in enumerate(_ORDER.get(speaker, []))}
+        noncat = self._noncat.get(service, _NONE)
         by_act: dict[str, list[int]] = {}
         for i in order:
             by_act.setdefault(acts[i].act, []).append(i)
@@ -292,7 +308,7 @@ class Realizer:
             sub, sub_order = signature([acts[i] for i in idx])
             tpls = self._lookup(speaker, service, sub) if len(idx) > 1 else []
             if tpls:
-                groups.append(_group([pos_of[idx[k]] for k in sub_order], acts, order, tpls))
+                groups.append(_group([pos_of[idx[k]] for k in sub_order], acts, order, tpls, noncat))
                 continue
             if len(idx) > 2:  # all but one act may have been said together: say the odd one apart
                 for odd in idx:
@@ -300,7 +316,7 @@ class Realizer:
                     sub, sub_order = signature([acts[i] for i in rest])
                     tpls = self._lookup(speaker, service, sub)
                     if tpls:
-                        groups.append(_group([pos_of[rest[k]] for k in sub_order], acts, order, tpls))
+                        groups.append(_group([pos_of[rest[k]] for k in sub_order], acts, order, tpls, noncat))
                         idx = [odd]
                         break
             if act_name == "OFFER":  # the entity's name first, as real systems do
@@ -314,29 +330,30 @@ class Realizer:
                         or keep(self._borrow(speaker, service, acts[i].slot, tok))
                         or keep(self.generic.get(speaker, {}).get(generic_token(acts[i]), [])))
                 if tpls:
-                    groups.append(_group([pos_of[i]], acts, order, tpls))
+                    groups.append(_group([pos_of[i]], acts, order, tpls, noncat))
                 elif _listable(speaker, acts[i]):
                     plain.append(i)
                 else:
                     groups.append(_group([pos_of[i]], acts, order,
-                                         [builtin_template(speaker, self.services.get(service), acts[i])]))
+                                         [builtin_template(speaker, self.services.get(service), acts[i])], noncat))
             if len(plain) == 1:
                 groups.append(_group([pos_of[plain[0]]], acts, order,
-                                     [builtin_template(speaker, self.services.get(service), acts[plain[0]])]))
+                                     [builtin_template(speaker, self.services.get(service), acts[plain[0]])], noncat))
             elif plain:
                 groups.append(_group([pos_of[i] for i in plain], acts, order,
-                                     [builtin_list(speaker, self.services.get(service), [acts[i] for i in plain])]))
+                                     [builtin_list(speaker, self.services.get(service), [acts[i] for i in plain])],
+                                     noncat))
         return groups
 
     def _plan(self, speaker: str, service: str, acts: Sequence[Act], sig: str, order: list[int]) -> _Plan:
         if speaker == OPENING:
             plan = self._plan("USER", service, acts, sig, order)
-            return _Plan([[(holes, _standalone(tpls)) for holes, tpls in groups] for groups in plan.alternatives],
+            return _Plan([[_standalone(tpls) for tpls in groups] for groups in plan.alternatives],
                          [plan.cum[0]] + [b - a for a, b in zip(plan.cum, plan.cum[1:])])
         found = self._lookup(speaker, service, sig)
         if not found:
             return _Plan([self._composed(speaker, service, acts, order)], [1])
-        exact = [_group(list(range(len(order))), acts, order, found)]
+        exact = [_group(list(range(len(order))), acts, order, found, self._noncat.get(service, _NONE))]
         if len(acts) > 1 and len(found) < self.rich:
             # few exact wordings: mix in composed ones too, for variety
             return _Plan([exact, self._composed(speaker, service, acts, order)], [len(found), self.rich - len(found)])
@@ -355,34 +372,35 @@ class Realizer:
                 plan = self._plans[key] = self._plan(speaker, service, acts, sig, order)
             if len(self._fast) > 200_000:
                 self._fast.clear()
-            got = self._fast[fast] = (plan, order)
-        plan, order = got
-        groups = plan.pick(rng)
-        noncat = self._noncat.get(service, _NONE)
+            got = self._fast[fast] = (plan, order, _literals(plan))
+        plan, order, literals = got
+        if literals is not None:  # no value to place (most turns): one of the wordings as it is
+            n = len(literals)
+            return literals[int(rng.random() * n)] if n > 1 else literals[0], []
+        alternatives = plan.alternatives
+        # one alternative by weight: a draw only when there is a choice
+        groups = (alternatives[0] if len(alternatives) == 1 or rng.random() * plan.cum[-1] < plan.cum[0]
+                  else alternatives[1])
         out: list[str] = []
         spans: list[SlotSpan] = []
         pos = 0
-        for gi, (holes, tpls) in enumerate(groups):
-            if gi:
+        for tpls in groups:
+            if out:  # groups are said one after another
                 out.append(" ")
                 pos += 1
             n = len(tpls)
-            lits, refs, agree = tpls[int(rng.random() * n)] if n > 1 else tpls[0]
-            lit = lits[0]
+            lit, steps = tpls[int(rng.random() * n)] if n > 1 else tpls[0]
             out.append(lit)
             pos += len(lit)
-            for h, ref in enumerate(refs):
-                k, j = holes[ref]
-                a = acts[order[k]]
-                v = a.values[j]
-                if a.slot in noncat:
-                    spans.append(SlotSpan(slot=a.slot, start=pos, exclusive_end=pos + len(v)))
-                lit = lits[h + 1]
-                if agree is not None and h in agree:  # "1 people" -> "1 person", "4 ticket" -> "4 tickets"
+            for k, j, span, lit, agree in steps:
+                v = acts[order[k]].values[j]
+                if span is not None:
+                    spans.append(SlotSpan(slot=span, start=pos, exclusive_end=pos + len(v)))
+                if agree is not None:  # "1 people" -> "1 person", "4 ticket" -> "4 tickets"
                     if v in _ONE:
-                        lit = agree[h][0]
+                        lit = agree[0]
                     elif v.isdigit() or v.lower() in _MANY:
-                        lit = agree[h][1]
+                        lit = agree[1]
                 out.append(v)
                 out.append(lit)
                 pos += len(v) + len(lit)
@@ -396,7 +414,13 @@ class Realizer:
         return out
 
 
-_Group = tuple  # (holes: list[(signature position, value index)], compiled templates)
+def _literals(plan: _Plan) -> list[str] | None:
+    """The wordings of a plan that places no value (one way to say it, without placeholders), else None."""
+    if len(plan.alternatives) == 1 and len(plan.alternatives[0]) == 1:
+        tpls = plan.alternatives[0][0]
+        if not any(steps for _, steps in tpls):
+            return [lit for lit, _ in tpls]
+    return None
 
 
 # Words that only make sense after something was said: "I also need a cab to get there", "Yes. ...".
@@ -408,8 +432,8 @@ _FOLLOW_UP = re.compile(
 
 
 def _standalone(tpls: list[tuple]) -> list[tuple]:
-    """The compiled templates that open a dialogue well (all of them when none does)."""
-    kept = [t for t in tpls if not _FOLLOW_UP.search(" _ ".join(t[0]).strip())]
+    """The bound templates that open a dialogue well (all of them when none does)."""
+    kept = [t for t in tpls if not _FOLLOW_UP.search(" _ ".join([t[0], *(step[3] for step in t[1])]).strip())]
     return kept or tpls
 
 
@@ -422,14 +446,31 @@ def _worded(tpls: list[Template]) -> list[Template]:
     return [t for t in tpls if any(type(part) is str and any(c.isalpha() for c in part) for part in t)]
 
 
-def _group(positions: list[int], acts: Sequence[Act], order: list[int], tpls: list[Template]) -> _Group:
-    """A group of acts (by signature position) with the (position, value index) of each placeholder."""
-    holes = []
+# A group of acts said together: its templates, each bound to the acts it fills (see _bind)
+_Group = list  # list[tuple[str, tuple[tuple[int, int, str | None, str, tuple[str, str] | None], ...]]]
+
+
+def _group(positions: list[int], acts: Sequence[Act], order: list[int], tpls: list[Template],
+           noncat: frozenset[str]) -> _Group:
+    """A group of acts (by signature position): its templates compiled and bound to the placeholders."""
+    holes = []  # per placeholder: (signature position, value index, the slot when its value gets a span)
     for k in positions:
         a = acts[order[k]]
         if act_token(a.act, a.slot, a.values)[1]:
-            holes.extend((k, j) for j in range(len(a.values)))
-    return holes, [_compile(t) for t in tpls]
+            span = a.slot if a.slot in noncat else None
+            holes.extend((k, j, span) for j in range(len(a.values)))
+    return [_bind(_compile(t), holes) for t in tpls]
+
+
+def _bind(compiled: tuple, holes: list[tuple[int, int, str | None]]) -> tuple[str, tuple]:
+    """A compiled template bound once to its group's placeholders: the first literal, then per placeholder
+    (signature position, value index, span slot or None, the literal after it, its number agreement or None),
+    so that filling it takes one step per value."""
+    lits, refs, agree = compiled
+    if not refs:  # most templates: a literal only
+        return lits[0], ()
+    steps = tuple((*holes[ref], lits[h + 1], agree.get(h) if agree else None) for h, ref in enumerate(refs))
+    return lits[0], steps
 
 
 _ONE = frozenset(("1", "one", "One", "a single"))

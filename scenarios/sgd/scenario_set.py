@@ -27,7 +27,7 @@ from .world import SgdWorld
 
 def _stream(*parts: Any) -> random.Random:
     """A random stream from a stable hash of its parts (never Python's salted hash())."""
-    digest = hashlib.blake2b("\x1f".join(str(p) for p in parts).encode(), digest_size=8).digest()
+    digest = hashlib.blake2b("\x1f".join(map(str, parts)).encode(), digest_size=8).digest()
     return random.Random(int.from_bytes(digest, "big"))
 
 

@@ -29,7 +29,7 @@ def _is_name(slot: str) -> bool:
 class _Table:
     """One intent's rows with an index from (slot, lower-cased value) to row numbers."""
 
-    __slots__ = ("rows", "index", "columns", "echo", "echo_results", "cap", "ident", "names", "all")
+    __slots__ = ("rows", "index", "columns", "echo", "echo_results", "cap", "ident", "names", "all", "name_columns")
 
     def __init__(self, rows: list[dict[str, str]], echo: list[str], result_slots: tuple[str, ...] = (),
                  cap: int = 10, ident: str | None = None):
@@ -39,6 +39,7 @@ class _Table:
         self.echo = frozenset(echo)
         self.echo_results = tuple(s for s in echo if s in result_slots)  # echoed back into result rows
         self.columns = frozenset(k for r in rows for k in r)
+        self.name_columns = frozenset(k for k in self.columns if _is_name(k))  # columns that name an entity
         index: dict[str, dict[str, list[int]]] = {}
         for n, row in enumerate(rows):
             for k, v in row.items():
@@ -67,13 +68,8 @@ class _Table:
             return self.all
         if len(hits) == 1:
             return hits[0][0]
-        hits.sort(key=lambda h: len(h[0]))
-        out = hits[0][0]
-        for _, other in hits[1:]:
-            out = [n for n in out if n in other]
-            if not out:
-                break
-        return out
+        # intersect the row sets in C (the smallest is walked), then put the few common rows in order
+        return sorted(frozenset.intersection(*[h[1] for h in hits]))
 
 
 class SgdWorld:
@@ -139,23 +135,23 @@ class SgdWorld:
             start = self.rng.randrange(n_hits)
             cap = table.cap if self.max_results is None else self.max_results
             names = table.names
-            kept = []
+            rotated = [*hits[start:], *hits[:start]]
             if names:
+                kept = []
                 seen: set[str] = set()
-                for i in range(start, start + n_hits):
-                    n = hits[i % n_hits]
+                for n in rotated:
                     name = names[n]
                     if name not in seen:
                         seen.add(name)
                         kept.append(n)
                         if len(kept) == cap:
                             break
+                hits = kept
             else:
-                for i in range(start, start + min(cap, n_hits)):
-                    kept.append(hits[i % n_hits])
-            hits = kept
-        echoed = {slot: v for slot in table.echo_results if (v := params.get(slot)) and v != "dontcare"}
+                hits = rotated[:cap]
         rows = table.rows
+        echoed = table.echo_results and {slot: v for slot in table.echo_results
+                                         if (v := params.get(slot)) and v != "dontcare"}
         if echoed:
             return [{**rows[n], **echoed} for n in hits]
         return [dict(rows[n]) for n in hits]
@@ -167,7 +163,7 @@ class SgdWorld:
             keys = {k: v for k, v in params.items() if k in table.columns and k not in table.echo and v not in _ANY}
             if not keys:
                 continue
-            named = named or any(_is_name(k) for k in keys)
+            named = named or not table.name_columns.isdisjoint(keys)
             hits = table.match(keys)
             if hits:
                 match = table.rows[hits[0]]
