@@ -30,21 +30,16 @@ TARGET = 2000.0
 
 
 class _Counting:
-    """A sink that writes to the log and counts outcomes and turns on the way."""
+    """Counts outcomes and turns from Batch's end-of-episode hook, as `dialogsim run` does (the log writer
+    is the sink itself: no Python wrapper per event)."""
 
-    def __init__(self, writer: LogWriter) -> None:
-        self.writer = writer
+    def __init__(self) -> None:
         self.outcomes: Counter[str] = Counter()
         self.turns = 0
 
-    def append(self, event) -> None:
-        self.writer.append(event)
-        if event.__class__.__name__ == "EpisodeEnded":
-            self.outcomes[event.outcome] += 1
-            self.turns += event.turns
-
-    def episode_done(self) -> None:
-        self.writer.episode_done()
+    def __call__(self, ended) -> None:
+        self.outcomes[ended.outcome] += 1
+        self.turns += ended.turns
 
 
 def run(episodes: int, services: list[str] | None, durability: str, seed: int) -> dict[str, float]:
@@ -57,9 +52,10 @@ def run(episodes: int, services: list[str] | None, durability: str, seed: int) -
     asyncio.run(warm.run([Job(i) for i in range(50)]))
     with tempfile.TemporaryDirectory() as tmp:
         writer = LogWriter(Path(tmp) / "events-000.jsonl", durability)  # type: ignore[arg-type]
-        sink = _Counting(writer)
+        sink = _Counting()
         batch = Batch(run_id="bench", scenarios=scenarios, make_user=make_user, make_agent=make_agent,
-                      settings=RunSettings(seed=seed, episodes=episodes, concurrency=32), sink=sink)
+                      settings=RunSettings(seed=seed, episodes=episodes, concurrency=32), sink=writer,
+                      on_episode_end=sink)
         start, cpu = time.perf_counter(), time.process_time()
         asyncio.run(batch.run([Job(i) for i in range(episodes)]))
         writer.close()

@@ -433,8 +433,20 @@ _FOLLOW_UP = re.compile(
 
 def _standalone(tpls: list[tuple]) -> list[tuple]:
     """The bound templates that open a dialogue well (all of them when none does)."""
-    kept = [t for t in tpls if not _FOLLOW_UP.search(" _ ".join([t[0], *(step[3] for step in t[1])]).strip())]
+    kept = [t for t in tpls if not _follows_up(" _ ".join([t[0], *(step[3] for step in t[1])]).strip())]
     return kept or tpls
+
+
+_FOLLOWS_UP: dict[str, bool] = {}  # wording -> whether it leans on an earlier turn (the search is costly)
+
+
+def _follows_up(text: str) -> bool:
+    got = _FOLLOWS_UP.get(text)
+    if got is None:
+        if len(_FOLLOWS_UP) > 100_000:
+            _FOLLOWS_UP.clear()
+        got = _FOLLOWS_UP[text] = _FOLLOW_UP.search(text) is not None
+    return got
 
 
 def _every(tpls: list[Template]) -> list[Template]:
@@ -459,7 +471,23 @@ def _group(positions: list[int], acts: Sequence[Act], order: list[int], tpls: li
         if act_token(a.act, a.slot, a.values)[1]:
             span = a.slot if a.slot in noncat else None
             holes.extend((k, j, span) for j in range(len(a.values)))
-    return [_bind(_compile(t), holes) for t in tpls]
+    return [_bind(_compiled(t), holes) for t in tpls]
+
+
+# id(template) -> (template, compiled): a mined template joins many plans (every signature composed from
+# it) and is compiled once; the entry holds the template, so its id cannot be reused while cached.
+_COMPILED: dict[int, tuple[Template, tuple]] = {}
+
+
+def _compiled(template: Template) -> tuple:
+    hit = _COMPILED.get(id(template))
+    if hit is not None and hit[0] is template:
+        return hit[1]
+    if len(_COMPILED) > 200_000:
+        _COMPILED.clear()
+    compiled = _compile(template)
+    _COMPILED[id(template)] = (template, compiled)
+    return compiled
 
 
 def _bind(compiled: tuple, holes: list[tuple[int, int, str | None]]) -> tuple[str, tuple]:
