@@ -210,7 +210,8 @@ class Batch:
         timing = stream(seed, "timing")
         tools = self.scenarios.tools(scenario)
         rec.emit(EpisodeStarted, scenario_id=scenario.id, trial=trial, seed=seed,
-                 scenario={"id": scenario.id, "kind": scenario.kind, "data": scenario.data}, user=self.user_spec, agent=self.agent_spec)
+                 scenario={"id": scenario.id, "kind": scenario.kind, "data": scenario.data}, user=self.user_spec,
+                 agent=self.agent_spec)
         outcome: tuple[str, str, dict[str, Any]] | None = None
         turn = 0
         user = None
@@ -284,8 +285,8 @@ class Batch:
                 t += latency
                 spoken = AgentTurn(run=run_id, ep=ep, seq=seq, t=t, wall=_now_ns(), turn=turn,
                                    utterance=answer.utterance, frames=answer.frames, state=answer.state,
-                                   tagged_slots=answer.tagged_slots, end=answer.end, latency=latency, usage=answer.usage, cost=answer.cost,
-                                   action=answer.action)
+                                   tagged_slots=answer.tagged_slots, end=answer.end, latency=latency,
+                                   usage=answer.usage, cost=answer.cost, action=answer.action)
                 if seq < tape_len:
                     rec.seq, rec.t = seq, t
                     spoken = rec.record(spoken)
