@@ -41,7 +41,7 @@ class RunConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     scenarios: str = ""
     user: str = ""
     agent: str = ""
-    episodes: int = 10
+    episodes: int = 100
     seed: int = 0
     concurrency: int = 32
     max_turns: int = 50

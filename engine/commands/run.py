@@ -9,11 +9,11 @@ from ..errors import UserError
 from ..log import RunDir
 from ..session import RunConfig, absolute_scenarios, resume_run, start_run
 
-# Defaults of a new run. The parser's defaults are None so that --resume can tell an option given from
-# one left out: a given option must match what the run recorded.
-_DEFAULTS: dict[str, Any] = {"scenarios": "", "user": "", "agent": "", "episodes": 100, "seed": 0,
-                             "concurrency": 32, "max_turns": 50, "think": "uniform:1,4",
-                             "latency": "uniform:0.2,0.8", "arrivals": "all", "durability": "episode"}
+# The RunConfig fields set by a flag of their own. The parser's defaults are None so that --resume can
+# tell an option given from one left out (a given option must match what the run recorded); a new run
+# takes RunConfig's defaults for the others.
+_FLAG_FIELDS = ("scenarios", "user", "agent", "episodes", "seed", "concurrency", "max_turns", "think", "latency",
+                "arrivals", "durability")
 # agent options set by their own flags, to name the flag in an error
 _AGENT_FLAGS = {"model": "--agent-model", "concurrency": "--agent-concurrency", "total_timeout": "--agent-timeout",
                 "retries": "--agent-retries", "api_key_env": "--api-key-env", "price_in_per_1k": "--price",
@@ -72,7 +72,7 @@ def register(sub: Any) -> None:
 
 def _given(args: argparse.Namespace) -> dict[str, Any]:
     """The config fields the command line sets, by RunConfig field name."""
-    given = {key: getattr(args, key) for key in _DEFAULTS if getattr(args, key) is not None}
+    given = {key: getattr(args, key) for key in _FLAG_FIELDS if getattr(args, key) is not None}
     agent_options = _options(args.agent_opt, "--agent-opt")
     for key, value in (("model", args.agent_model), ("concurrency", args.agent_concurrency),
                        ("total_timeout", args.agent_timeout), ("retries", args.agent_retries),
@@ -128,7 +128,7 @@ def handle(args: argparse.Namespace) -> int:
     else:
         if not args.out:
             raise UserError("--out RUN_DIR is required (or --resume RUN_DIR)")
-        result = start_run(args.out, RunConfig(**{**_DEFAULTS, **given}), progress=not args.no_progress)
+        result = start_run(args.out, RunConfig(**given), progress=not args.no_progress)
     if result.status == "interrupted":
         print(f"interrupted: {result.run_dir} (finish it with: dialogsim run --resume {result.run_dir})")
         return 130
