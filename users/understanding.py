@@ -26,7 +26,7 @@ from typing import Any, Iterable
 
 from ..engine.events import Act
 from ..scenarios.sgd import normalize
-from ..scenarios.sgd.nlg import _COUNTED, _NOUNS, builtin_template
+from ..scenarios.sgd.nlg import _COUNTED, _NOUNS, _nameish, builtin_template
 from ..scenarios.sgd.values import plausible, value_kind
 
 _WS = re.compile(r"\s+")
@@ -735,10 +735,6 @@ _PARTY = {"people", "person", "guest", "adult", "ticket", "seat", "passenger", "
 
 def _stem(word: str) -> str:
     return word[:-1] if len(word) > 3 and word.endswith("s") else word
-
-
-def _nameish(slot: str) -> bool:
-    return slot.endswith("name") or slot.endswith("title") or slot in ("artist", "song", "album", "director")
 
 
 def _intent_words(name: str, description: str) -> set[str]:
