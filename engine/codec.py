@@ -29,6 +29,7 @@ _encoder = msgspec.json.Encoder()
 _decoder = msgspec.json.Decoder(AnyEvent)
 _dict_decoder = msgspec.json.Decoder(dict[str, Any])
 _ENVELOPE = ("type", "run", "ep", "seq", "t", "wall", "v")
+_TAG = {cls: tag for tag, cls in EVENT_TYPES.items()}  # a dict lookup costs less than __struct_config__.tag
 
 
 class CorruptEvent(ValueError):
@@ -60,11 +61,28 @@ def decode(line: bytes | str) -> Event | OpaqueEvent:
     """One JSON line as an event: typed when known (upcast if old), opaque when its type is unknown."""
     try:
         event = _decoder.decode(line)
-        if event.v == CURRENT_VERSION[event.__struct_config__.tag]:
+        if event.v == CURRENT_VERSION[_TAG[type(event)]]:
             return event
     except (msgspec.ValidationError, msgspec.DecodeError):
         pass
     return _decode_slow(line)
+
+
+def decode_lines(data: bytes | memoryview) -> list[Event] | None:
+    """The events of a block of whole JSON lines if every line is an event of a current version, else None.
+
+    None sends the block to ``decode`` line by line, which upcasts old versions, keeps unknown types as
+    opaque events and reports corrupt lines. (Blank lines are skipped, as ``decode``'s callers do.)
+    """
+    try:
+        events = _decoder.decode_lines(data)
+    except (msgspec.ValidationError, msgspec.DecodeError):
+        return None
+    current, tag = CURRENT_VERSION, _TAG
+    for event in events:
+        if event.v != current[tag[type(event)]]:
+            return None
+    return events
 
 
 def _decode_slow(line: bytes | str) -> Event | OpaqueEvent:

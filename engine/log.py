@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Container, Iterable, Iterator
+from collections.abc import Container, Generator, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Literal
@@ -24,7 +24,7 @@ from typing import Any, Literal
 from .. import __version__
 import msgspec
 
-from .codec import CorruptEvent, decode
+from .codec import CorruptEvent, decode, decode_lines
 from .errors import UserError
 from .events import EpisodeEnded, Event, OpaqueEvent, event_type
 from .oplog import get_logger
@@ -311,6 +311,7 @@ def write_events(path: str | Path, events: Iterable[Event], *, run_id: str, conf
 # -- reading ----------------------------------------------------------------------------------------
 
 _READ_CHUNK = 8 << 20
+_BLOCK = 8 << 10  # bytes decoded per call: the events of a block die young, the collector barely sees them
 
 
 def _as_run(run: RunDir | str | Path) -> RunDir:
@@ -330,58 +331,125 @@ class ShardPosition:
 def read_shard(shard: Path, *, skip_corrupt: bool = False, stats: dict[str, int] | None = None, start: int = 0,
                position: ShardPosition | None = None) -> Iterator[Event | OpaqueEvent]:
     """Stream the events of one shard from byte ``start`` (a line start); a torn last line is skipped with a warning."""
-    lineno = 0
-    offset = start  # of the line being decoded
-    track = position is not None or start > 0  # offsets cost time on every line: only counted when needed
     try:
         f = open(shard, "rb")
-        f.seek(start)
     except OSError as exc:
         raise UserError(f"{shard}: cannot read event shard ({exc.strerror})") from None
     with f:
-        rest = b""
-        while True:
+        resume = start
+        if start == 0 and position is None:  # only the line-by-line reader keeps byte offsets
+            resume = yield from _read_blocks(f, shard)
+        yield from _read_lines(f, shard, resume, start == 0, skip_corrupt, stats, position)
+
+
+def _read_blocks(f: Any, shard: Path) -> Generator[Event, None, int]:
+    """Yield the events of a shard block by block while every line is a current event; returns where it stopped.
+
+    A block (some kB of whole lines) is decoded by one call, without a bytes object per line. The read
+    stops at the first block that does not decode that way (a corrupt line, an old version, an unknown
+    type: the line-by-line reader handles those) or at the end of the last complete line.
+    """
+    offset = 0  # of data[0] in the shard
+    rest = b""
+    while True:
+        chunk = _read_chunk(f, shard)
+        if not chunk:
+            return offset
+        data = rest + chunk
+        view = memoryview(data)
+        pos, cut = 0, data.rfind(b"\n") + 1
+        while pos < cut:
+            end = data.rfind(b"\n", pos, pos + _BLOCK) + 1 or data.find(b"\n", pos) + 1  # or one long line
+            events = decode_lines(view[pos:end])
+            if events is None:
+                return offset + pos
+            yield from events
+            pos = end
+        offset += cut
+        rest = data[cut:]
+
+
+def _read_lines(f: Any, shard: Path, start: int, numbered: bool, skip_corrupt: bool, stats: dict[str, int] | None,
+                position: ShardPosition | None) -> Iterator[Event | OpaqueEvent]:
+    """Stream the events of a shard line by line from byte ``start``; ``numbered``: name bad lines by number."""
+    lineno = 0  # lines read from ``start``
+    first_line: int | None = 0 if start == 0 else None  # of ``start``, counted when a message needs it
+    offset = start  # of the line being decoded
+    track = position is not None or not numbered  # offsets cost time on every line: only counted when needed
+    f.seek(start)
+    rest = b""
+    while True:
+        chunk = _read_chunk(f, shard)
+        if not chunk:
+            break
+        lines = (rest + chunk).split(b"\n")
+        rest = lines.pop()
+        for line in lines:
+            lineno += 1
+            if track:
+                here = offset
+                offset += len(line) + 1
+            if not line:
+                continue
             try:
-                chunk = f.read(_READ_CHUNK)
-            except OSError as exc:
-                raise UserError(f"{shard}: cannot read event shard ({exc.strerror})") from None
+                event = decode(line)
+            except CorruptEvent as exc:
+                if numbered:  # line numbers need the start of the file
+                    if first_line is None:
+                        first_line = _count_lines(shard, start)
+                    where = f"line {first_line + lineno}"
+                else:
+                    where = f"byte {here}"
+                if not skip_corrupt:
+                    # the CLI adds advice that fits the command (only some can skip such lines)
+                    raise CorruptLog(f"{shard}: {where}: corrupt event ({exc})") from None
+                if stats is not None:
+                    stats["corrupt"] = stats.get("corrupt", 0) + 1
+                _log.warning("corrupt line skipped", shard=str(shard), at=where, error=str(exc))
+                continue
+            if position is not None:
+                position.event = here
+            yield event
+    if position is not None:
+        position.end = offset
+    if rest.strip():
+        if stats is not None:
+            stats["torn"] = stats.get("torn", 0) + 1
+        if numbered and first_line is None:
+            first_line = _count_lines(shard, start)
+        # From a caller's start, the line number counts from there (counting from the file's start would
+        # read the whole shard again on every incremental read of a run still writing it).
+        _log.warning("torn last line ignored", shard=str(shard), line=(first_line or 0) + lineno + 1,
+                     bytes=len(rest))
+
+
+def _read_chunk(f: Any, shard: Path) -> bytes:
+    try:
+        return f.read(_READ_CHUNK)
+    except OSError as exc:
+        raise UserError(f"{shard}: cannot read event shard ({exc.strerror})") from None
+
+
+def _count_lines(shard: Path, end: int) -> int:
+    """The number of lines before byte ``end`` of ``shard`` (for messages: the fast reader does not count them)."""
+    count = 0
+    with open(shard, "rb") as f:
+        while end > 0:
+            chunk = _read_chunk(f, shard)[:end]
             if not chunk:
                 break
-            lines = (rest + chunk).split(b"\n")
-            rest = lines.pop()
-            for line in lines:
-                lineno += 1
-                if track:
-                    here = offset
-                    offset += len(line) + 1
-                if not line:
-                    continue
-                try:
-                    event = decode(line)
-                except CorruptEvent as exc:
-                    where = f"byte {here}" if start else f"line {lineno}"  # line numbers need the start
-                    if not skip_corrupt:
-                        # the CLI adds advice that fits the command (only some can skip such lines)
-                        raise CorruptLog(f"{shard}: {where}: corrupt event ({exc})") from None
-                    if stats is not None:
-                        stats["corrupt"] = stats.get("corrupt", 0) + 1
-                    _log.warning("corrupt line skipped", shard=str(shard), at=where, error=str(exc))
-                    continue
-                if position is not None:
-                    position.event = here
-                yield event
-        if position is not None:
-            position.end = offset
-        if rest.strip():
-            if stats is not None:
-                stats["torn"] = stats.get("torn", 0) + 1
-            _log.warning("torn last line ignored", shard=str(shard), line=lineno + 1, bytes=len(rest))
+            count += chunk.count(b"\n")
+            end -= len(chunk)
+    return count
 
 
 def read_events(run: RunDir | str | Path, *, episodes: set[str] | None = None, types: set[str] | None = None,
                 skip_corrupt: bool = False, stats: dict[str, int] | None = None) -> Iterator[Event | OpaqueEvent]:
     """Stream every event of a run in log order, optionally only some episodes and event types."""
     for shard in _as_run(run).shards():
+        if episodes is None and types is None:
+            yield from read_shard(shard, skip_corrupt=skip_corrupt, stats=stats)  # no loop of our own per event
+            continue
         for event in read_shard(shard, skip_corrupt=skip_corrupt, stats=stats):
             if episodes is not None and event.ep not in episodes:
                 continue

@@ -77,6 +77,24 @@ def test_corrupt_line_names_file_and_line(run):
     assert len(list(read_events(run.path, skip_corrupt=True, stats=stats))) == 10 and stats == {"corrupt": 1}
 
 
+def test_blocks_then_lines_agree_with_reading_line_by_line(tmp_path, monkeypatch):
+    """Deep into a long shard (read block by block), a bad line still gets its number, and an unknown
+    type and a torn tail are handled as line by line."""
+    events = [e for i in range(200) for e in _episode(f"e{i}")]  # 800 lines: many blocks
+    run = write_events(tmp_path / "run", events, run_id="r", config={})
+    shard = run.shards()[0]
+    lines = shard.read_bytes().split(b"\n")
+    lines[700] = b'{"type": "persona_mood", "run": "r", "ep": "x", "seq": 0, "t": 0.0, "wall": 0, "v": 1}'
+    lines[750] = b'{"type": "user_turn", "oops'
+    shard.write_bytes(b"\n".join(lines) + b'{"type":"user_turn","run":"r","ep":"c","se')
+    with pytest.raises(CorruptLog, match=rf"{shard.name}: line 751: corrupt event"):
+        list(read_events(run.path))
+    stats: dict[str, int] = {}
+    read = list(read_events(run.path, skip_corrupt=True, stats=stats))
+    assert len(read) == 799 and stats == {"corrupt": 1, "torn": 1}
+    assert read[:700] == events[:700] and read[700].type == "persona_mood" and read[701:] == events[701:750] + events[751:]
+
+
 def test_writer_appends_after_existing_events(tmp_path):
     """A writer reopening a shard appends; batched events reach the file on close."""
     shard = tmp_path / "events" / "shard-000.jsonl"
