@@ -223,7 +223,7 @@ class LogWriter:
             raise
         buffer.append(10)  # b"\n"; JSON escapes newlines inside strings, so a line is one event
         self._queued += 1
-        if len(buffer) >= _FLUSH_BYTES:
+        if end >= _FLUSH_BYTES:  # the size before this event: one len() less, the buffer ends one event later
             self.flush()
 
     def episode_done(self) -> None:

@@ -29,7 +29,7 @@ from ..users.base import UserReply, Verdict
 from .driver import Driver
 from .events import (AgentTurn, EpisodeEnded, EpisodeStarted, Event, Fault, ToolCalled,
                      ToolReturned, UserTurn)
-from .seeding import episode_seed, stream
+from .seeding import episode_seed, episode_streams, stream
 from .timing import Arrivals, Delay
 
 
@@ -73,7 +73,7 @@ class Job(msgspec.Struct):
 
 def episode_id(index: int) -> str:
     """The id of the ``index``-th episode of a run."""
-    return f"e{index:06d}"
+    return "e" + str(index).zfill(6)  # f"e{index:06d}", for less
 
 
 class _Recorder:
@@ -206,12 +206,13 @@ class Batch:
             yield env.timeout(job.tape[0].t - env.now)
         scenario, trial = self.scenarios.draw(job.index, settings.seed)
         seed = episode_seed(settings.seed, scenario.id, trial)
-        rec = _Recorder(self.run_id, episode_id(job.index), env, self.sink, job.tape)
-        timing = stream(seed, "timing")
+        run_id, ep, sink = self.run_id, episode_id(job.index), self.sink
+        rec = _Recorder(run_id, ep, env, sink, job.tape)
+        user_rng, agent_rng, world_rng, timing = episode_streams(seed)
         tools = self.scenarios.tools(scenario)
-        rec.emit(EpisodeStarted, scenario_id=scenario.id, trial=trial, seed=seed,
-                 scenario={"id": scenario.id, "kind": scenario.kind, "data": scenario.data}, user=self.user_spec,
-                 agent=self.agent_spec)
+        rec.record(EpisodeStarted(run=run_id, ep=ep, seq=rec.seq, t=rec.t, wall=_now_ns(), scenario_id=scenario.id,
+                                  trial=trial, seed=seed, user=self.user_spec, agent=self.agent_spec,
+                                  scenario={"id": scenario.id, "kind": scenario.kind, "data": scenario.data}))
         outcome: tuple[str, str, dict[str, Any]] | None = None
         turn = 0
         user = None
@@ -219,22 +220,29 @@ class Batch:
         try:
             user = self.make_user()
             agent = self.make_agent()
-            world = self.scenarios.world(scenario, stream(seed, "world"))
-            user.start(EpisodeContext(episode_id=rec.ep, scenario=scenario, tools=tools,
-                                      rng=stream(seed, "user"), seed=seed))
-            agent.start(EpisodeContext(episode_id=rec.ep, scenario=scenario.agent_view(), tools=tools,
-                                       rng=stream(seed, "agent"), seed=seed))
+            world = self.scenarios.world(scenario, world_rng)
+            user.start(EpisodeContext(episode_id=ep, scenario=scenario, tools=tools, rng=user_rng, seed=seed))
+            agent.start(EpisodeContext(episode_id=ep, scenario=scenario.agent_view(), tools=tools, rng=agent_rng,
+                                       seed=seed))
             history: list[Event] = []
-            think, latency_model = settings.think.sample, settings.latency.sample
+            remember = history.append
+            think, latency_model, max_turns = settings.think.sample, settings.latency.sample, settings.max_turns
             user_respond, agent_respond = user.respond, agent.respond
             replay_agent = not getattr(agent, "deterministic", True)  # the protocol default
-            run_id, ep, sink_append, tape_len = rec.run, rec.ep, self.sink.append, len(rec.tape)
+            sink_append, tape_len = sink.append, len(rec.tape)
             start_call = self.driver.start
-            reply: UserReply | None = yield from self._user_step(rec, user, _attempt(user_respond, None))
             # The hot path: seq and t live in locals and go back to rec (the slow paths' state) around
             # every slow-path call and when the loop ends; turn events are built and sunk in place.
-            seq, t = rec.seq, rec.t
+            spoken: AgentTurn | None = None  # what the user answers: nothing, to open the episode
             while True:
+                try:
+                    reply = user_respond(spoken)
+                except Exception as exc:
+                    reply = _Raised(exc)
+                if reply is not None and type(reply) is not UserReply:
+                    rec.seq, rec.t = seq, t
+                    reply = yield from self._user_step(rec, user, reply)
+                    seq, t = rec.seq, rec.t
                 if reply is None:
                     outcome = _verdict(user, "abandoned", "the user left without a word")
                     break
@@ -248,7 +256,7 @@ class Batch:
                 else:
                     sink_append(said)
                 seq += 1
-                history.append(said)
+                remember(said)
                 turn += 1
                 # Sampled before the call: a live agent's reply is due at a fixed virtual time.
                 latency = latency_model(timing)
@@ -293,22 +301,14 @@ class Batch:
                 else:
                     sink_append(spoken)
                 seq += 1
-                history.append(spoken)
+                remember(spoken)
                 turn += 1
                 if said.end or spoken.end:
                     outcome = _verdict(user, judge=self._judge(scenario, history))
                     break
-                if turn >= settings.max_turns:
-                    outcome = ("max_turns", f"reached the limit of {settings.max_turns} turns", {})
+                if turn >= max_turns:
+                    outcome = ("max_turns", f"reached the limit of {max_turns} turns", {})
                     break
-                try:
-                    reply = user_respond(spoken)
-                except Exception as exc:
-                    reply = _Raised(exc)
-                if reply is not None and type(reply) is not UserReply:
-                    rec.seq, rec.t = seq, t
-                    reply = yield from self._user_step(rec, user, reply)
-                    seq, t = rec.seq, rec.t
             rec.seq, rec.t = seq, t
         except _EpisodeError as exc:
             outcome = ("error", exc.reason, {})
@@ -322,9 +322,11 @@ class Batch:
             rec.emit(Fault, who="engine", kind="exception", detail=_describe(exc))
             outcome = ("error", f"engine error: {_describe(exc)}", {})
         kind, reason, reward = outcome
-        yield from rec.sync()
-        ended = rec.emit(EpisodeEnded, outcome=kind, reason=reason, turns=turn, reward=reward)
-        self.sink.episode_done()
+        if rec.t > env.now:  # rec.sync(), without a generator of its own
+            yield env.timeout(rec.t - env.now)
+        ended = rec.record(EpisodeEnded(run=run_id, ep=ep, seq=rec.seq, t=rec.t, wall=_now_ns(), outcome=kind,
+                                        reason=reason, turns=turn, reward=reward))
+        sink.episode_done()
         if self.on_episode_end is not None:
             self.on_episode_end(ended)
 
@@ -404,13 +406,6 @@ class _Raised:
 
 
 _MISSING = object()
-
-
-def _attempt(fn: Callable[[Any], Any], arg: Any) -> Any:
-    try:
-        return fn(arg)
-    except Exception as exc:
-        return _Raised(exc)
 
 
 def _unwrap(result: Any) -> Any:
