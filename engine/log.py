@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Container, Generator, Iterable, Iterator
+from collections.abc import Container, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Literal
@@ -330,43 +330,37 @@ class ShardPosition:
 
 def read_shard(shard: Path, *, skip_corrupt: bool = False, stats: dict[str, int] | None = None, start: int = 0,
                position: ShardPosition | None = None) -> Iterator[Event | OpaqueEvent]:
-    """Stream the events of one shard from byte ``start`` (a line start); a torn last line is skipped with a warning."""
+    """Stream the events of one shard from byte ``start`` (a line start); a torn last line is skipped with a warning.
+
+    From the start of a shard, blocks of some kB of whole lines are decoded by one call each (no bytes
+    object per line) until a block does not decode that way (a corrupt line, an old version, an unknown
+    type); the line-by-line reader goes on from there (and does it all when given a start or a position).
+    """
     try:
         f = open(shard, "rb")
     except OSError as exc:
         raise UserError(f"{shard}: cannot read event shard ({exc.strerror})") from None
     with f:
-        resume = start
-        if start == 0 and position is None:  # only the line-by-line reader keeps byte offsets
-            resume = yield from _read_blocks(f, shard)
-        yield from _read_lines(f, shard, resume, start == 0, skip_corrupt, stats, position)
-
-
-def _read_blocks(f: Any, shard: Path) -> Generator[Event, None, int]:
-    """Yield the events of a shard block by block while every line is a current event; returns where it stopped.
-
-    A block (some kB of whole lines) is decoded by one call, without a bytes object per line. The read
-    stops at the first block that does not decode that way (a corrupt line, an old version, an unknown
-    type: the line-by-line reader handles those) or at the end of the last complete line.
-    """
-    offset = 0  # of data[0] in the shard
-    rest = b""
-    while True:
-        chunk = _read_chunk(f, shard)
-        if not chunk:
-            return offset
-        data = rest + chunk
-        view = memoryview(data)
-        pos, cut = 0, data.rfind(b"\n") + 1
-        while pos < cut:
-            end = data.rfind(b"\n", pos, pos + _BLOCK) + 1 or data.find(b"\n", pos) + 1  # or one long line
-            events = decode_lines(view[pos:end])
-            if events is None:
-                return offset + pos
-            yield from events
-            pos = end
-        offset += cut
-        rest = data[cut:]
+        numbered = start == 0  # a bad line is named by its number, or by its byte offset from ``start``
+        if start == 0 and position is None:
+            rest = b""  # start is the offset of rest[0] in the shard
+            while chunk := _read_chunk(f, shard):
+                data = rest + chunk
+                view = memoryview(data)
+                pos, cut = 0, data.rfind(b"\n") + 1
+                while pos < cut:
+                    end = data.rfind(b"\n", pos, pos + _BLOCK) + 1 or data.find(b"\n", pos) + 1  # or a long line
+                    events = decode_lines(view[pos:end])
+                    if events is None:
+                        break
+                    yield from events
+                    pos = end
+                if pos < cut:  # the rest goes line by line
+                    start += pos
+                    break
+                start += cut
+                rest = data[cut:]
+        yield from _read_lines(f, shard, start, numbered, skip_corrupt, stats, position)
 
 
 def _read_lines(f: Any, shard: Path, start: int, numbered: bool, skip_corrupt: bool, stats: dict[str, int] | None,
