@@ -72,7 +72,9 @@ def decode_lines(data: bytes | memoryview) -> list[Event] | None:
     """The events of a block of whole JSON lines if every line is an event of a current version, else None.
 
     None sends the block to ``decode`` line by line, which upcasts old versions, keeps unknown types as
-    opaque events and reports corrupt lines. (Blank lines are skipped, as ``decode``'s callers do.)
+    opaque events and reports corrupt lines. Blank lines are skipped, as ``decode``'s callers do; unlike
+    them, this also passes over a line of only spaces and reads two objects on one line as two events
+    (neither is something the log writer can produce).
     """
     try:
         events = _decoder.decode_lines(data)
