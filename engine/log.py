@@ -18,6 +18,7 @@ import os
 import time
 from collections.abc import Container, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
+from itertools import chain
 from pathlib import Path
 from typing import Any, Literal
 
@@ -440,16 +441,27 @@ def _count_lines(shard: Path, end: int) -> int:
 def read_events(run: RunDir | str | Path, *, episodes: set[str] | None = None, types: set[str] | None = None,
                 skip_corrupt: bool = False, stats: dict[str, int] | None = None) -> Iterator[Event | OpaqueEvent]:
     """Stream every event of a run in log order, optionally only some episodes and event types."""
-    for shard in _as_run(run).shards():
-        if episodes is None and types is None:
-            yield from read_shard(shard, skip_corrupt=skip_corrupt, stats=stats)  # no loop of our own per event
+    # chain passes the shards' events on without a Python frame of its own per event
+    events = chain.from_iterable(_shard_readers(run, skip_corrupt, stats))
+    if episodes is None and types is None:
+        return events
+    return _only(events, episodes, types)
+
+
+def _shard_readers(run: RunDir | str | Path, skip_corrupt: bool,
+                   stats: dict[str, int] | None) -> Iterator[Iterator[Event | OpaqueEvent]]:
+    for shard in _as_run(run).shards():  # the run is opened when the first event is asked for
+        yield read_shard(shard, skip_corrupt=skip_corrupt, stats=stats)
+
+
+def _only(events: Iterable[Event | OpaqueEvent], episodes: set[str] | None,
+          types: set[str] | None) -> Iterator[Event | OpaqueEvent]:
+    for event in events:
+        if episodes is not None and event.ep not in episodes:
             continue
-        for event in read_shard(shard, skip_corrupt=skip_corrupt, stats=stats):
-            if episodes is not None and event.ep not in episodes:
-                continue
-            if types is not None and event_type(event) not in types:
-                continue
-            yield event
+        if types is not None and event_type(event) not in types:
+            continue
+        yield event
 
 
 def read_episodes(run: RunDir | str | Path, *, episodes: set[str] | None = None, include_unfinished: bool = False,
