@@ -20,7 +20,7 @@ def test_an_answer_calling_then_lets_the_driver_step_on_in_the_same_turn():
 
     def process():
         for _ in range(3):
-            future, wake = driver.start(Answer(asyncio.get_running_loop()), env.now + 1.0)
+            future, wake = driver.start(Answer(loop=asyncio.get_running_loop()), env.now + 1.0)
             calls.append(future)
             yield wake
             taken.append(future.result())
@@ -48,7 +48,7 @@ def test_a_failure_while_stepping_from_then_is_raised_by_run():
     calls: list[Answer] = []
 
     def process():
-        future, wake = driver.start(Answer(asyncio.get_running_loop()), 0.0)
+        future, wake = driver.start(Answer(loop=asyncio.get_running_loop()), 0.0)
         calls.append(future)
         yield wake
         raise KeyError("boom")
