@@ -402,7 +402,11 @@ class HttpPool:
             # turn or, after yielding once, the next, instead of an idle sender being woken a turn later.
             self._looking += 1
             if future.then is not None:
-                future.then()
+                try:
+                    future.then()
+                except Exception as exc:  # the waiter's bug: reported, and this sender carries on
+                    loop.call_exception_handler({"message": "an answer's then hook failed", "exception": exc,
+                                                 "future": future})
             if not jobs:
                 await asyncio.sleep(0)  # only closing the pool cancels a sender here, and it resets the count
             self._looking -= 1
