@@ -191,6 +191,17 @@ class PoolStats:
         return self.busy / span if span > 0 else float(self.peak)
 
 
+class Answer(asyncio.Future):
+    """The future of a request's outcome; ``then``, when set, is called as soon as it is resolved.
+
+    A task awaiting a future resumes one event-loop turn after it is resolved, and at high concurrency
+    a turn is dozens of requests' work: a waiter that sets ``then`` (the engine's driver does) can act
+    on the answer in the turn that brought it.
+    """
+
+    then: Callable[[], None] | None = None  # a class default: no __init__ of our own, creation stays C-fast
+
+
 class _Job:
     """One request to send until it succeeds or fails for good, and the future its result goes to."""
 
@@ -198,7 +209,7 @@ class _Job:
 
     def __init__(self, url: str, body: bytes, headers: Mapping[str, str] | None,
                  rng: random.Random | Callable[[], random.Random], decode: Callable[[bytes], Any],
-                 finish: Callable[[Any, list[FaultReport], float], Any] | None, future: asyncio.Future[Any]) -> None:
+                 finish: Callable[[Any, list[FaultReport], float], Any] | None, future: Answer) -> None:
         self.url, self.body, self.headers, self.rng = url, body, headers, rng
         self.decode, self.finish, self.future = decode, finish, future
         self.faults: list[FaultReport] = []
@@ -245,6 +256,7 @@ class HttpPool:
         self._guard: asyncio.Task[None] | None = None
         self._jobs: deque[_Job] = deque()
         self._idle: list[asyncio.Future[None]] = []  # wake-ups of senders waiting for a job
+        self._looking = 0  # senders that just delivered an answer and look for a job before they wait
         self._senders: list[_Sender] = []
         self._watchdog: asyncio.Task[None] | None = None
         # Finer than the shortest timeout, so that one fires at most a tenth late.
@@ -260,7 +272,7 @@ class HttpPool:
             self._session = aiohttp.ClientSession(connector=connector, timeout=self._timeout, headers=self._headers,
                                                   auto_decompress=True, trust_env=False)
             self._loop = loop
-            self._jobs, self._idle, self._senders = deque(), [], []
+            self._jobs, self._idle, self._senders, self._looking = deque(), [], [], 0
             self._watchdog = loop.create_task(self._watch())
             self._guard = loop.create_task(self._close_at_shutdown(self._session))
         return loop
@@ -291,7 +303,7 @@ class HttpPool:
         if self._watchdog is not None:
             tasks.append(self._watchdog)
         self._watchdog = None
-        self._senders, self._idle = [], []
+        self._senders, self._idle, self._looking = [], [], 0
         for task in tasks:
             task.cancel()
         while self._jobs:
@@ -318,7 +330,7 @@ class HttpPool:
 
     def submit(self, url: str, body: bytes, headers: Mapping[str, str] | None,
                rng: random.Random | Callable[[], random.Random], decode: Callable[[bytes], T],
-               finish: Callable[[T, list[FaultReport], float], Any] | None = None) -> asyncio.Future[Any]:
+               finish: Callable[[T, list[FaultReport], float], Any] | None = None) -> Answer:
         """Queue a POST of ``body``; a future of ``finish(decoded, faults met, seconds of the good attempt)``.
 
         ``headers`` are added to the pool's own (None: the pool's alone, the cheapest). ``decode`` turns
@@ -328,8 +340,7 @@ class HttpPool:
         with ``AgentFailure`` carrying every fault when the retries are exhausted or a fault is not
         retryable; cancelling it abandons the request.
         """
-        loop = self._ensure()
-        future = loop.create_future()
+        future = Answer(loop=self._ensure())
         self._enqueue(_Job(url, body, headers, rng, decode, finish, future))
         return future
 
@@ -341,6 +352,8 @@ class HttpPool:
 
     def _enqueue(self, job: _Job) -> None:
         self._jobs.append(job)
+        if len(self._jobs) <= self._looking:
+            return  # a sender that just delivered an answer takes it before it would wait
         idle = self._idle
         while idle:
             wake = idle.pop()
@@ -371,18 +384,32 @@ class HttpPool:
                 job.faults.append(exc.fault)
                 log.warning("agent request failed, not retryable", kind=exc.fault.kind, detail=exc.fault.detail)
                 _fail(future, AgentFailure(f"agent request failed: {exc.fault.detail}", job.faults))
-                continue
             except _Retryable as exc:
                 self._retry(job, exc)
-                continue
-            if future.done():
-                continue
-            try:
-                result = (value, job.faults, seconds) if job.finish is None else job.finish(value, job.faults, seconds)
-            except Exception as exc:  # the agent's own bug: its episode reports it
-                future.set_exception(exc)
             else:
-                future.set_result(result)
+                if not future.done():
+                    try:
+                        result = (value, job.faults, seconds) if job.finish is None else job.finish(
+                            value, job.faults, seconds)
+                    except Exception as exc:  # the agent's own bug: its episode reports it
+                        future.set_exception(exc)
+                    else:
+                        future.set_result(result)
+            if not future.done():
+                continue  # to be retried after its backoff
+            # Whoever waits on the answer usually submits its next request at once (from ``then``) or on
+            # the loop's next turn: counted as looking, this sender takes that request itself, in this
+            # turn or, after yielding once, the next, instead of an idle sender being woken a turn later.
+            self._looking += 1
+            if future.then is not None:
+                try:
+                    future.then()
+                except Exception as exc:  # the waiter's bug: reported, and this sender carries on
+                    loop.call_exception_handler({"message": "an answer's then hook failed", "exception": exc,
+                                                 "future": future})
+            if not jobs:
+                await asyncio.sleep(0)  # only closing the pool cancels a sender here, and it resets the count
+            self._looking -= 1
 
     def _retry(self, job: _Job, exc: _Retryable) -> None:
         """Record a retryable fault; fail the job when it was the last attempt, else requeue it after the backoff."""

@@ -15,7 +15,6 @@ import asyncio
 from typing import Any, Awaitable, Callable
 
 import simpy
-from simpy.core import EmptySchedule
 
 
 class Interrupted(Exception):
@@ -32,14 +31,20 @@ class Driver:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._current: asyncio.Future[Any] | None = None  # the call the driver is blocked on
         self._waiting: dict[simpy.Event, asyncio.Future[Any]] = {}
+        self._failure: BaseException | None = None  # raised while _answered stepped, for run() to raise
 
     def start(self, awaitable: Awaitable[Any], due: float) -> tuple[asyncio.Future[Any], simpy.Timeout]:
         """Start a call whose result is taken at virtual time ``due``: its future and the timeout to sleep on.
 
         A future (a live agent's pending answer) is used as it is; a coroutine gets a task.
         When the caller wakes from the timeout, ``future.result()`` is ready (or raises the call's error).
+        A future with a ``then`` slot (the HTTP pool's) gets the driver's hook there, for its producer
+        to call as soon as it is resolved: the driver then steps on in that same event-loop turn,
+        rather than a turn later when the awaiting task resumes.
         """
         future = awaitable if isinstance(awaitable, asyncio.Future) else asyncio.ensure_future(awaitable)
+        if hasattr(future, "then"):
+            future.then = self._answered
         timeout = self.env.timeout(max(0.0, due - self.env.now))
         self._waiting[timeout] = future
         return future, timeout
@@ -61,44 +66,65 @@ class Driver:
         if current is not None:
             current.cancel()
 
+    def _advance(self) -> asyncio.Future[Any] | None:
+        """Step the environment until its next event is a call still in flight: that call's future,
+        or None when nothing is scheduled."""
+        queue, waiting, step = self.env._queue, self._waiting, self.env.step
+        # simpy's event heap of (time, priority, id, event); its head is the next event step() processes.
+        while queue:
+            if self.stop_requested:
+                raise Interrupted()
+            head = queue[0][3]
+            future = waiting.get(head)
+            if future is not None:
+                if not future.done():
+                    return future
+                del waiting[head]
+            step()
+        return None
+
+    def _answered(self) -> None:
+        """A call's answer just came (its producer calls this): if the driver was blocked on that call,
+        step on at once; the driver task, resuming a turn later, carries on from where this stopped."""
+        current = self._current
+        if current is None or not current.done():
+            return
+        self._current = None  # not blocked while stepping: an answer coming meanwhile does nothing here
+        try:
+            self._current = self._advance()
+        except BaseException as exc:
+            self._failure = exc  # raised by the driver task when it resumes
+
     async def run(self) -> None:
         """Step the environment until nothing is scheduled; Interrupted if stopped."""
-        env = self.env
-        step = env.step
         waiting = self._waiting
         self._loop = asyncio.get_running_loop()
         me = asyncio.current_task()
-        # simpy's event heap of (time, priority, id, event); its head is the next event step() processes.
-        queue = env._queue
         try:
-            while True:
-                if self.stop_requested:
-                    raise Interrupted()
-                if waiting and queue:
-                    future = waiting.pop(queue[0][3], None)
-                    if future is not None and not future.done():
-                        if self.before_wait is not None:
-                            self.before_wait()
-                        # Awaited directly (no asyncio.wait): the driver resumes one loop hop after the answer.
-                        self._current = future
-                        try:
-                            await future
-                        except asyncio.CancelledError:
-                            if self.stop_requested:
-                                waiting[queue[0][3]] = future  # awaited below with every other call in flight
-                                raise Interrupted() from None
-                            if me is not None and me.cancelling():
-                                raise  # the driver itself is being cancelled
-                        except Exception:
-                            pass  # the call's own failure: its episode takes it from future.result()
-                        finally:
-                            self._current = None
+            future = self._advance()
+            while future is not None:
+                if self.before_wait is not None:
+                    self.before_wait()
+                # Awaited directly (no asyncio.wait): the driver resumes one loop hop after the answer.
+                self._current = future
                 try:
-                    step()
-                except EmptySchedule:
-                    return
+                    await future
+                except asyncio.CancelledError:
+                    if self.stop_requested:
+                        raise Interrupted() from None
+                    if me is not None and me.cancelling():
+                        raise  # the driver itself is being cancelled
+                except Exception:
+                    pass  # the call's own failure: its episode takes it from future.result()
+                if self._failure is not None:
+                    raise self._failure
+                if self._current is future:
+                    self._current = None
+                    future = self._advance()
+                else:  # _answered has stepped on already: to the call now blocking, or to the end
+                    future = self._current
         finally:
-            self._loop = None
+            self._loop = self._current = None
             futures = list(waiting.values())
             for future in futures:
                 future.cancel()

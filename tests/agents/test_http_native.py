@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import random
 import re
@@ -376,3 +377,37 @@ def test_requests_never_carry_the_users_goal_or_true_state():
     users = [m for b in seen for m in b["messages"] if m["role"] == "user"] + [b["user"] for b in seen]
     assert any(f["actions"] for m in users for f in m["frames"])  # the acts are shared ...
     assert not any(f.get("state") for m in users for f in m["frames"])  # ... the true state never
+
+
+def test_the_sender_that_delivers_an_answer_sends_the_request_its_waiter_makes_next():
+    """Requests made one after another, from ``then`` or by a task awaiting each answer, all go through
+    the sender that delivered the previous answer: no other sender is started or woken a turn later."""
+    from dialogsim.agents.http_client import HttpPool
+
+    async def answer(request: web.Request) -> web.Response:
+        return web.Response(body=await request.read())
+
+    app = web.Application()
+    app.router.add_post("/", answer)
+
+    async def main(url: str) -> None:
+        pool = HttpPool(HttpSettings(concurrency=4))
+        rng = random.Random(0)
+        done = asyncio.get_running_loop().create_future()
+        got: list[bytes] = []
+
+        def chain(n: int) -> None:
+            future = pool.submit(url, b"%d" % n, None, rng, bytes)
+            future.then = lambda: chain(n + 1) if n < 4 else done.set_result(None)
+            future.add_done_callback(lambda f: got.append(f.result()[0]))
+
+        chain(0)
+        await done
+        for n in range(5, 10):
+            got.append((await pool.post(url, b"%d" % n, None, rng, bytes))[0])
+        assert got == [b"%d" % n for n in range(10)]
+        assert len(pool._senders) == 1 and pool.stats.peak == 1
+        await pool.aclose()
+
+    with serve_in_thread(app) as url:
+        asyncio.run(main(url + "/"))
