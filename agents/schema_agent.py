@@ -27,6 +27,8 @@ _LITERAL = frozenset(("OFFER_INTENT", "INFORM_COUNT"))  # acts whose value is sa
 _OPEN_QUESTION = "How can I help you?"  # what the agent says before it knows which service the user wants
 
 
+# (act, slot) -> that act without values, made once: acts are never mutated once said, so turns share them
+_BARE: dict[tuple[str, str], Act] = {}
 _act_key = attrgetter("act", "slot")  # (act, slot): the order of a frame's acts, without a Python call per act
 
 
@@ -100,14 +102,16 @@ def _mined_offer_sets(pack: Any, name: str, svc: _Service, intent: str) -> tuple
 class _Track:
     """The agent's belief about one service: intent, values, entity on the table, pending confirmation."""
 
-    __slots__ = ("intent", "canon", "spoken", "requested", "results", "pos", "offered", "selected", "booked",
-                 "changed", "confirming", "done", "version", "_state", "_version", "proposal")
+    __slots__ = ("intent", "canon", "values", "requested", "results", "pos", "offered", "selected", "booked",
+                 "changed", "confirming", "done", "_state", "proposal")
 
     def __init__(self) -> None:
         self.intent: str | None = None
         self.canon: dict[str, str] = {}
-        self.spoken: dict[str, list[str]] = {}
-        self.requested: list[str] = []
+        # slot -> spoken values, sorted, as the exposed state shows them; ``values`` and its lists are replaced,
+        # never mutated, so that logged states can share them
+        self.values: dict[str, list[str]] = {}
+        self.requested: list[str] = []  # replaced, never mutated, like ``values``
         self.results: list[dict[str, Any]] = []
         self.pos = 0
         self.offered: dict[str, Any] | None = None
@@ -117,23 +121,16 @@ class _Track:
         self.confirming: list[Act] | None = None  # the CONFIRM acts awaiting AFFIRM
         self.done: set[str] = set()
         self.proposal: list[Act] | None = None  # a REQUEST with a proposed value, awaiting AFFIRM
-        self.version = 0  # bumped whenever ``spoken`` changes, so the exposed state is rebuilt only then
         self._state: DialogueState | None = None
-        self._version = -1  # ``version`` when ``_state`` was built
 
     def state(self) -> DialogueState:
         """The tracked state as SGD's DialogueState (reused while nothing changed; never mutated)."""
         st = self._state
-        if st is None or self._version != self.version:
-            self._version = self.version
-            # fresh lists: ``spoken``'s own lists grow later, a logged state must not
-            st = self._state = DialogueState(
-                active_intent=self.intent or "NONE", requested_slots=list(self.requested),
-                slot_values={k: (v[:] if len(v) == 1 else sorted(v)) for k, v in self.spoken.items()})
-        elif st.requested_slots != self.requested or st.active_intent != (self.intent or "NONE"):
-            # values unchanged: the last state's slot_values dict is shared (no state is ever mutated)
-            st = self._state = DialogueState(active_intent=self.intent or "NONE",
-                                             requested_slots=list(self.requested), slot_values=st.slot_values)
+        intent = self.intent or "NONE"
+        if (st is None or st.slot_values is not self.values or st.requested_slots is not self.requested
+                or st.active_intent != intent):
+            st = self._state = DialogueState(active_intent=intent, requested_slots=self.requested,
+                                             slot_values=self.values)
         return st
 
 
@@ -219,13 +216,12 @@ class SchemaAgent:
             return
         old = t.canon.get(slot)
         if old is not None and old.lower() == canon.lower():
-            if spoken not in t.spoken[slot]:
-                t.spoken[slot].append(spoken)
-                t.version += 1
+            said = t.values[slot]
+            if spoken not in said:  # another way to say the same value: the state lists them all
+                t.values = {**t.values, slot: sorted([*said, spoken])}
             return
         t.canon[slot] = canon
-        t.spoken[slot] = [spoken]
-        t.version += 1
+        t.values = {**t.values, slot: [spoken]}
         t.changed = t.changed or change
 
     def _accept(self, name: str, acts: list[Act] | None, change: bool = False) -> None:
@@ -259,7 +255,7 @@ class SchemaAgent:
         tracks, services = self.tracks, self._services
         for t in tracks.values():
             if t.requested:
-                t.requested = []
+                t.requested = []  # a new list: the last state keeps the old one
         # the acts' kinds, and the service the user is talking about: the one with a new intent, else the
         # last one spoken of
         kinds = set()
@@ -290,7 +286,7 @@ class SchemaAgent:
                 canon = a.canonical_values[0] if a.canonical_values else a.values[0]
                 self._set(ts, ss, a.slot, canon, a.values[0])
             elif a.act == "REQUEST" and a.slot:
-                ts.requested.append(a.slot)
+                ts.requested = [*ts.requested, a.slot]
         if "GOODBYE" in kinds or user_end or ("NEGATE" in kinds and "REQ_MORE" in self.last
                                              and "INFORM" not in kinds):
             return self._say(name, [("GOODBYE", "", None)], end=True)
@@ -435,20 +431,19 @@ class SchemaAgent:
 
     def _say(self, name: str | None, acts: list[tuple[str, str, Any]], end: bool) -> AgentReply:
         """Realize the acts (spoken variants via the pack), remember what was said, expose the state."""
-        frames: list[Frame] = []
-        utterance = ""
+        last = self.last = {a[0] for a in acts}
         if name is None:  # nothing understood yet, so no service to speak for: still never an empty turn
-            last = self.last = {a[0] for a in acts}
-            utterance = _OPEN_QUESTION
+            utterance, frames = _OPEN_QUESTION, []
         else:
-            last = self.last = set()
             svc = self._services.get(name) or self._service(name)
             categorical, pack, rng = svc.categorical, self.pack, self.rng
             built: list[Act] = []
             for act, slot, value in acts:
-                last.add(act)
                 if value is None:
-                    built.append(Act(act=act, slot=slot))
+                    bare = _BARE.get((act, slot))
+                    if bare is None:
+                        bare = _BARE[(act, slot)] = Act(act=act, slot=slot)
+                    built.append(bare)
                     continue
                 if type(value) is not str:
                     value = str(value)
@@ -460,15 +455,16 @@ class SchemaAgent:
             if len(built) > 1:
                 built.sort(key=_act_key)  # one order per signature (the realizer caches plans by signature)
             utterance, spans = pack.realizer.realize("SYSTEM", name, built, rng)
-            frames.append(Frame(service=name, actions=built, slots=spans))
+            frames = [Frame(service=name, actions=built, slots=spans)]
             if "OFFER" in last:
                 self._offer_acts[name] = [a for a in built if a.act == "OFFER"]
         self._expecting = [a[1] for a in acts if a[0] == "REQUEST"] if "REQUEST" in last else []
-        if len(self.tracks) == 1:  # the common case: one service, no dict comprehension
-            (n, t), = self.tracks.items()
+        tracks = self.tracks
+        if len(tracks) == 1:  # the common case: one service, no dict comprehension
+            (n, t), = tracks.items()
             state = {n: t.state()}
         else:
-            state = {n: t.state() for n, t in self.tracks.items()}
+            state = {n: t.state() for n, t in tracks.items()}
         return AgentReply(utterance=utterance, frames=frames, state=state, tagged_slots=self._tagged, end=end)
 
 
