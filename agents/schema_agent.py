@@ -14,7 +14,7 @@ from __future__ import annotations
 import bisect
 import itertools
 import random
-from operator import attrgetter
+from operator import attrgetter, itemgetter
 from typing import Any
 
 from ..engine.events import Act, DialogueState, Frame, SlotSpan
@@ -29,13 +29,15 @@ _OPEN_QUESTION = "How can I help you?"  # what the agent says before it knows wh
 
 # (act, slot) -> that act without values, made once: acts are never mutated once said, so turns share them
 _BARE: dict[tuple[str, str], Act] = {}
-_act_key = attrgetter("act", "slot")  # (act, slot): the order of a frame's acts, without a Python call per act
+_act_key = attrgetter("act", "slot")
+_act_of = attrgetter("act")
+_first = itemgetter(0)  # (act, slot): the order of a frame's acts, without a Python call per act
 
 
 class _Service:
     """The schema facts the policy needs for one service, precomputed once per run."""
 
-    __slots__ = ("name", "required", "optional", "transactional", "args", "categorical", "offer_slots",
+    __slots__ = ("name", "required", "optional", "params", "transactional", "args", "categorical", "offer_slots",
                  "search", "txn", "results", "mined_offers", "sources", "possible")
 
     def __init__(self, schema: dict[str, Any]) -> None:
@@ -43,6 +45,8 @@ class _Service:
         self.categorical = {s["name"] for s in schema["slots"] if s.get("is_categorical")}
         self.required = {i["name"]: list(i["required_slots"]) for i in schema["intents"]}
         self.optional = {i["name"]: dict(i.get("optional_slots") or {}) for i in schema["intents"]}
+        # an intent's parameters: its required slots, then its optional ones
+        self.params = {i: tuple(dict.fromkeys([*self.required[i], *self.optional[i]])) for i in self.required}
         self.transactional = {i["name"]: bool(i.get("is_transactional")) for i in schema["intents"]}
         self.args = {s for i in schema["intents"] for s in list(i["required_slots"]) + list(i.get("optional_slots") or {})}
         self.search = [i["name"] for i in schema["intents"] if not i.get("is_transactional")]
@@ -134,6 +138,14 @@ class _Track:
         return st
 
 
+class _Tracks(dict):
+    """Service name -> its track, made on first use: ``tracks[name]`` always has one, ``get`` only if known."""
+
+    def __missing__(self, name: str) -> _Track:
+        t = self[name] = _Track()
+        return t
+
+
 class SchemaAgent:
     """Rule-based schema-guided system agent (deterministic; one instance per episode)."""
 
@@ -159,7 +171,7 @@ class SchemaAgent:
         self.rng: random.Random = ctx.rng
         self.schemas = data.get("schemas") or {}
         self.names = list(self.schemas) or sorted({t.service for t in ctx.tools})
-        self.tracks: dict[str, _Track] = {}
+        self.tracks: dict[str, _Track] = _Tracks()
         self.current: str | None = None
         self.last: set[str] = set()  # act kinds of the agent's previous turn
         self._expecting: list[str] = []  # slots the agent asked for last
@@ -177,15 +189,17 @@ class SchemaAgent:
             return self._after_call(obs.tool_results[0])
         user = obs.user
         if user.frames and not self.text_only:
-            acts = [(f.service, a) for f in user.frames for a in f.actions]
+            said = [(f.service, f.actions) for f in user.frames if f.actions]
             self._tagged = None
         else:
             found: list[tuple[str, SlotSpan]] = []
-            acts = self._understand(user.utterance, found)
+            # the understood (service, act) pairs as runs of one service, like frames
+            said = [(service, [a for _, a in run])
+                    for service, run in itertools.groupby(self._understand(user.utterance, found), key=itemgetter(0))]
             self._tagged = {}
             for service, span in found:
                 self._tagged.setdefault(service, []).append(span)
-        return self._policy(acts, user.end)
+        return self._policy(said, user.end)
 
     # -- understanding ----------------------------------------------------------------------------
 
@@ -195,12 +209,6 @@ class SchemaAgent:
             schema = self.schemas.get(name) or self.pack.schemas[name]
             svc = self._services[name] = _Service(schema)
         return svc
-
-    def _track(self, name: str) -> _Track:
-        t = self.tracks.get(name)
-        if t is None:
-            t = self.tracks[name] = _Track()
-        return t
 
     def _understand(self, text: str, spans: list[tuple[str, SlotSpan]]) -> list[tuple[str, Act]]:
         if self._nlu is None:
@@ -229,7 +237,7 @@ class SchemaAgent:
         entity on the table are no reason to search again; a proposed value from elsewhere is)."""
         if not acts:
             return
-        t = self.tracks.get(name) or self._track(name)
+        t = self.tracks[name]
         svc = self._services.get(name) or self._service(name)
         for a in acts:
             if a.canonical_values and a.values:
@@ -251,44 +259,50 @@ class SchemaAgent:
 
     # -- policy -----------------------------------------------------------------------------------
 
-    def _policy(self, acts: list[tuple[str, Act]], user_end: bool) -> AgentReply:
+    def _policy(self, said: list[tuple[str, list[Act]]], user_end: bool) -> AgentReply:
+        """The reply to the user's acts, per service in the order said (no service has an empty list)."""
         tracks, services = self.tracks, self._services
         for t in tracks.values():
             if t.requested:
                 t.requested = []  # a new list: the last state keeps the old one
         # the acts' kinds, and the service the user is talking about: the one with a new intent, else the
-        # last one spoken of
-        kinds = set()
+        # last one spoken of, else the first one of this turn
+        kinds = set(map(_act_of, said[0][1])) if len(said) == 1 else {a.act for _, acts in said for a in acts}
         name = self.current
-        for s, a in acts:
-            kinds.add(a.act)
-            if a.act == "INFORM_INTENT" or name is None:
-                name = s
+        if "INFORM_INTENT" in kinds:
+            name = next(s for s, acts in reversed(said) if any(a.act == "INFORM_INTENT" for a in acts))
+        elif name is None:
+            if not said:
+                return self._say(None, [("REQ_MORE", "", None)], end=False)
+            name = said[0][0]
         self.current = name
-        if name is None:
-            return self._say(None, [("REQ_MORE", "", None)], end=False)
-        t = tracks.get(name) or self._track(name)
+        t = tracks[name]
         svc = services.get(name) or self._service(name)
         confirming, proposal = t.confirming, t.proposal
         t.confirming = t.proposal = None
-        if "NEGATE_INTENT" in kinds or ("NEGATE" in kinds and "REQ_MORE" in self.last and "INFORM" not in kinds):
+        # "no" to "anything else?" ends the dialogue
+        declined = "NEGATE" in kinds and "REQ_MORE" in self.last and "INFORM" not in kinds
+        if declined or "NEGATE_INTENT" in kinds:
             t.intent = None  # SGD's state has no active intent after "no" to an offer or to "anything else?"
-        for s, a in acts:
-            ts = tracks.get(s) or self._track(s)
-            ss = services.get(s) or self._service(s)
-            if a.act == "INFORM_INTENT" and a.values:
-                intent = a.canonical_values[0] if a.canonical_values else a.values[0]
-                if intent in ss.required and (intent != ts.intent or intent in ts.done):
-                    ts.intent = intent  # a new intent, or the same one asked for again
-                    ts.done.discard(intent)
-                    ts.changed = True
-            elif a.act == "INFORM" and a.values:
-                canon = a.canonical_values[0] if a.canonical_values else a.values[0]
-                self._set(ts, ss, a.slot, canon, a.values[0])
-            elif a.act == "REQUEST" and a.slot:
-                ts.requested = [*ts.requested, a.slot]
-        if "GOODBYE" in kinds or user_end or ("NEGATE" in kinds and "REQ_MORE" in self.last
-                                             and "INFORM" not in kinds):
+        for s, acts in said:
+            ts = tracks[s]  # every service spoken of is tracked
+            for a in acts:
+                act = a.act
+                if act == "INFORM":
+                    if a.values:
+                        canon = a.canonical_values[0] if a.canonical_values else a.values[0]
+                        self._set(ts, services.get(s) or self._service(s), a.slot, canon, a.values[0])
+                elif act == "REQUEST":
+                    if a.slot:
+                        ts.requested = [*ts.requested, a.slot]
+                elif act == "INFORM_INTENT" and a.values:
+                    intent = a.canonical_values[0] if a.canonical_values else a.values[0]
+                    if intent in (services.get(s) or self._service(s)).required and (intent != ts.intent
+                                                                                     or intent in ts.done):
+                        ts.intent = intent  # a new intent, or the same one asked for again
+                        ts.done.discard(intent)
+                        ts.changed = True
+        if "GOODBYE" in kinds or user_end or declined:
             return self._say(name, [("GOODBYE", "", None)], end=True)
         if "AFFIRM_INTENT" in kinds and self.offered_intent and self.offered_intent[0] == name:
             t.intent = self.offered_intent[1]
@@ -325,7 +339,7 @@ class SchemaAgent:
             if out:
                 return self._say(name, out, end=False)
             return self._say(name, [("REQ_MORE", "", None)], end=False)
-        missing = [s for s in svc.required[t.intent] if s not in t.canon]
+        missing = [*itertools.filterfalse(t.canon.__contains__, svc.required[t.intent])]
         if missing:
             if out:  # answer first; the missing slots are asked on the next turn
                 return self._say(name, out, end=False)
@@ -349,11 +363,8 @@ class SchemaAgent:
         return self._say(name, [("REQ_MORE", "", None)], end=False)
 
     def _params(self, t: _Track, svc: _Service, intent: str) -> dict[str, str]:
-        params = {s: t.canon[s] for s in svc.required[intent] if s in t.canon}
-        for s in svc.optional[intent]:
-            if s in t.canon:
-                params[s] = t.canon[s]
-        return params
+        canon = t.canon
+        return {s: canon[s] for s in svc.params[intent] if s in canon}
 
     def _confirm(self, name: str, t: _Track, svc: _Service) -> AgentReply:
         acts = [("CONFIRM", s, v) for s, v in self._params(t, svc, t.intent).items()]
@@ -366,7 +377,7 @@ class SchemaAgent:
         return reply
 
     def _call(self, name: str, intent: str | None, out: list) -> AgentReply:
-        t, svc = self._track(name), self._service(name)
+        t, svc = self.tracks[name], self._service(name)
         if intent is None:
             return self._say(name, out + [("REQ_MORE", "", None)], end=False)
         params = self._params(t, svc, intent)
@@ -380,7 +391,7 @@ class SchemaAgent:
     def _after_call(self, result: Any) -> AgentReply:
         name, intent, out = self.pending
         self.pending = None
-        t, svc = self._track(name), self._service(name)
+        t, svc = self.tracks[name], self._service(name)
         rows = result.results or []
         t.changed = False
         if svc.transactional[intent]:
@@ -401,8 +412,11 @@ class SchemaAgent:
         if len(rows) > 1 and self.rng.random() < self.count_rate:  # SGD gives the count on about half the offers
             acts.append(("INFORM_COUNT", "count", str(len(rows))))
         entity = rows[0]
-        acts = [a for a in out if a[0] == "INFORM"] + acts
-        acts += [("INFORM", s, entity[s]) for s in t.requested if s in entity and not any(a[1] == s for a in acts)]
+        if out:
+            acts = [a for a in out if a[0] == "INFORM"] + acts
+        if t.requested:
+            acts += [("INFORM", s, entity[s]) for s in t.requested
+                     if s in entity and not any(a[1] == s for a in acts)]
         return self._say(name, acts, end=False)
 
     def _offer(self, name: str, t: _Track, row: dict[str, Any]) -> list:
@@ -418,10 +432,10 @@ class SchemaAgent:
             # and bisection), without building its list
             population, cum = sets
             slots = population[bisect.bisect(cum, self.rng.random() * (cum[-1] + 0.0), 0, len(population) - 1)]
-            if all(s in row and row[s] not in (None, "") for s in slots):
-                return [("OFFER", s, row[s]) for s in slots]
-        slots = svc.offer_slots.get(t.intent, ())
-        return [("OFFER", s, row[s]) for s in slots if s in row and row[s] not in (None, "")]
+            acts = [("OFFER", s, row[s]) for s in slots if row.get(s) not in (None, "")]
+            if len(acts) == len(slots):  # the entity has every value of the set
+                return acts
+        return [("OFFER", s, row[s]) for s in svc.offer_slots.get(t.intent, ()) if row.get(s) not in (None, "")]
 
     def _next_offer(self, name: str, t: _Track) -> list:
         t.pos = (t.pos + 1) % len(t.results)
@@ -431,7 +445,7 @@ class SchemaAgent:
 
     def _say(self, name: str | None, acts: list[tuple[str, str, Any]], end: bool) -> AgentReply:
         """Realize the acts (spoken variants via the pack), remember what was said, expose the state."""
-        last = self.last = {a[0] for a in acts}
+        last = self.last = set(map(_first, acts))
         if name is None:  # nothing understood yet, so no service to speak for: still never an empty turn
             utterance, frames = _OPEN_QUESTION, []
         else:
