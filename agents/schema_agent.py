@@ -339,7 +339,8 @@ class SchemaAgent:
             if out:
                 return self._say(name, out, end=False)
             return self._say(name, [("REQ_MORE", "", None)], end=False)
-        missing = [*itertools.filterfalse(t.canon.__contains__, svc.required[t.intent])]
+        canon = t.canon
+        missing = [s for s in svc.required[t.intent] if s not in canon]
         if missing:
             if out:  # answer first; the missing slots are asked on the next turn
                 return self._say(name, out, end=False)

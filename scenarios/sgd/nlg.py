@@ -425,16 +425,16 @@ class Realizer:
             pos += len(lit)
             for k, j, span, lit, agree in steps:
                 v = acts[order[k]].values[j]
+                end = pos + len(v)
                 if span is not None:
-                    spans.append(SlotSpan(slot=span, start=pos, exclusive_end=pos + len(v)))
+                    spans.append(SlotSpan(slot=span, start=pos, exclusive_end=end))
                 if agree is not None:  # "1 people" -> "1 person", "4 ticket" -> "4 tickets"
                     if v in _ONE:
                         lit = agree[0]
                     elif v.isdigit() or v.lower() in _MANY:
                         lit = agree[1]
-                out.append(v)
-                out.append(lit)
-                pos += len(v) + len(lit)
+                out += (v, lit)
+                pos = end + len(lit)
         return "".join(out), spans
 
     def signatures(self, speaker: str, service: str) -> dict[str, list[Template]]:
