@@ -188,8 +188,12 @@ class SchemaAgent:
         if obs.tool_results and self.pending is not None:
             return self._after_call(obs.tool_results[0])
         user = obs.user
-        if user.frames and not self.text_only:
-            said = [(f.service, f.actions) for f in user.frames if f.actions]
+        frames = user.frames
+        if frames and not self.text_only:
+            if len(frames) == 1:  # the common case, without a comprehension
+                said = [(frames[0].service, frames[0].actions)] if frames[0].actions else []
+            else:
+                said = [(f.service, f.actions) for f in frames if f.actions]
             self._tagged = None
         else:
             found: list[tuple[str, SlotSpan]] = []
@@ -267,7 +271,11 @@ class SchemaAgent:
                 t.requested = []  # a new list: the last state keeps the old one
         # the acts' kinds, and the service the user is talking about: the one with a new intent, else the
         # last one spoken of, else the first one of this turn
-        kinds = set(map(_act_of, said[0][1])) if len(said) == 1 else {a.act for _, acts in said for a in acts}
+        if len(said) == 1:
+            acts = said[0][1]
+            kinds = {acts[0].act} if len(acts) == 1 else set(map(_act_of, acts))
+        else:
+            kinds = {a.act for _, acts in said for a in acts}
         name = self.current
         if "INFORM_INTENT" in kinds:
             name = next(s for s, acts in reversed(said) if any(a.act == "INFORM_INTENT" for a in acts))
@@ -446,7 +454,7 @@ class SchemaAgent:
 
     def _say(self, name: str | None, acts: list[tuple[str, str, Any]], end: bool) -> AgentReply:
         """Realize the acts (spoken variants via the pack), remember what was said, expose the state."""
-        last = self.last = set(map(_first, acts))
+        last = self.last = {acts[0][0]} if len(acts) == 1 else set(map(_first, acts))
         if name is None:  # nothing understood yet, so no service to speak for: still never an empty turn
             utterance, frames = _OPEN_QUESTION, []
         else:
