@@ -29,9 +29,9 @@ _OPEN_QUESTION = "How can I help you?"  # what the agent says before it knows wh
 
 # (act, slot) -> that act without values, made once: acts are never mutated once said, so turns share them
 _BARE: dict[tuple[str, str], Act] = {}
-_act_key = attrgetter("act", "slot")
+_act_key = attrgetter("act", "slot")  # (act, slot): the order of a frame's acts, without a Python call per act
 _act_of = attrgetter("act")
-_first = itemgetter(0)  # (act, slot): the order of a frame's acts, without a Python call per act
+_first = itemgetter(0)
 
 
 class _Service:
@@ -46,7 +46,8 @@ class _Service:
         self.required = {i["name"]: list(i["required_slots"]) for i in schema["intents"]}
         self.optional = {i["name"]: dict(i.get("optional_slots") or {}) for i in schema["intents"]}
         # an intent's parameters: its required slots, then its optional ones
-        self.params = {i: tuple(dict.fromkeys([*self.required[i], *self.optional[i]])) for i in self.required}
+        self.params = {i: tuple(dict.fromkeys([*slots, *self.optional[i]]))
+                       for i, slots in self.required.items()}
         self.transactional = {i["name"]: bool(i.get("is_transactional")) for i in schema["intents"]}
         self.args = {s for i in schema["intents"] for s in list(i["required_slots"]) + list(i.get("optional_slots") or {})}
         self.search = [i["name"] for i in schema["intents"] if not i.get("is_transactional")]
@@ -198,8 +199,8 @@ class SchemaAgent:
         else:
             found: list[tuple[str, SlotSpan]] = []
             # the understood (service, act) pairs as runs of one service, like frames
-            said = [(service, [a for _, a in run])
-                    for service, run in itertools.groupby(self._understand(user.utterance, found), key=itemgetter(0))]
+            pairs = self._understand(user.utterance, found)
+            said = [(service, [a for _, a in run]) for service, run in itertools.groupby(pairs, key=_first)]
             self._tagged = {}
             for service, span in found:
                 self._tagged.setdefault(service, []).append(span)
@@ -347,8 +348,7 @@ class SchemaAgent:
             if out:
                 return self._say(name, out, end=False)
             return self._say(name, [("REQ_MORE", "", None)], end=False)
-        canon = t.canon
-        missing = [s for s in svc.required[t.intent] if s not in canon]
+        missing = [s for s in svc.required[t.intent] if s not in t.canon]
         if missing:
             if out:  # answer first; the missing slots are asked on the next turn
                 return self._say(name, out, end=False)
