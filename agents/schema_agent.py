@@ -246,7 +246,7 @@ class SchemaAgent:
         svc = self._services.get(name) or self._service(name)
         for a in acts:
             if a.canonical_values and a.values:
-                self._set(t, svc, a.slot, a.canonical_values[0], a.values[0], change=change)
+                self._set(t, svc, a.slot, a.canonical_values[0], a.values[0], change)
 
     def _propose(self, name: str, svc: _Service, slot: str) -> str | None:
         """A value for ``slot`` carried over from another service of this dialogue, the way SGD's system
