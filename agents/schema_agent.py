@@ -14,7 +14,7 @@ from __future__ import annotations
 import bisect
 import itertools
 import random
-from operator import attrgetter
+from operator import attrgetter, itemgetter
 from typing import Any
 
 from ..engine.events import Act, DialogueState, Frame, SlotSpan
@@ -27,13 +27,17 @@ _LITERAL = frozenset(("OFFER_INTENT", "INFORM_COUNT"))  # acts whose value is sa
 _OPEN_QUESTION = "How can I help you?"  # what the agent says before it knows which service the user wants
 
 
+# (act, slot) -> that act without values, made once: acts are never mutated once said, so turns share them
+_BARE: dict[tuple[str, str], Act] = {}
 _act_key = attrgetter("act", "slot")  # (act, slot): the order of a frame's acts, without a Python call per act
+_act_of = attrgetter("act")
+_first = itemgetter(0)
 
 
 class _Service:
     """The schema facts the policy needs for one service, precomputed once per run."""
 
-    __slots__ = ("name", "required", "optional", "transactional", "args", "categorical", "offer_slots",
+    __slots__ = ("name", "required", "optional", "params", "transactional", "args", "categorical", "offer_slots",
                  "search", "txn", "results", "mined_offers", "sources", "possible")
 
     def __init__(self, schema: dict[str, Any]) -> None:
@@ -41,6 +45,9 @@ class _Service:
         self.categorical = {s["name"] for s in schema["slots"] if s.get("is_categorical")}
         self.required = {i["name"]: list(i["required_slots"]) for i in schema["intents"]}
         self.optional = {i["name"]: dict(i.get("optional_slots") or {}) for i in schema["intents"]}
+        # an intent's parameters: its required slots, then its optional ones
+        self.params = {i: tuple(dict.fromkeys([*slots, *self.optional[i]]))
+                       for i, slots in self.required.items()}
         self.transactional = {i["name"]: bool(i.get("is_transactional")) for i in schema["intents"]}
         self.args = {s for i in schema["intents"] for s in list(i["required_slots"]) + list(i.get("optional_slots") or {})}
         self.search = [i["name"] for i in schema["intents"] if not i.get("is_transactional")]
@@ -100,14 +107,16 @@ def _mined_offer_sets(pack: Any, name: str, svc: _Service, intent: str) -> tuple
 class _Track:
     """The agent's belief about one service: intent, values, entity on the table, pending confirmation."""
 
-    __slots__ = ("intent", "canon", "spoken", "requested", "results", "pos", "offered", "selected", "booked",
-                 "changed", "confirming", "done", "version", "_state", "_version", "proposal")
+    __slots__ = ("intent", "canon", "values", "requested", "results", "pos", "offered", "selected", "booked",
+                 "changed", "confirming", "done", "_state", "proposal")
 
     def __init__(self) -> None:
         self.intent: str | None = None
         self.canon: dict[str, str] = {}
-        self.spoken: dict[str, list[str]] = {}
-        self.requested: list[str] = []
+        # slot -> spoken values, sorted, as the exposed state shows them; ``values`` and its lists are replaced,
+        # never mutated, so that logged states can share them
+        self.values: dict[str, list[str]] = {}
+        self.requested: list[str] = []  # replaced, never mutated, like ``values``
         self.results: list[dict[str, Any]] = []
         self.pos = 0
         self.offered: dict[str, Any] | None = None
@@ -117,24 +126,25 @@ class _Track:
         self.confirming: list[Act] | None = None  # the CONFIRM acts awaiting AFFIRM
         self.done: set[str] = set()
         self.proposal: list[Act] | None = None  # a REQUEST with a proposed value, awaiting AFFIRM
-        self.version = 0  # bumped whenever ``spoken`` changes, so the exposed state is rebuilt only then
         self._state: DialogueState | None = None
-        self._version = -1  # ``version`` when ``_state`` was built
 
     def state(self) -> DialogueState:
         """The tracked state as SGD's DialogueState (reused while nothing changed; never mutated)."""
         st = self._state
-        if st is None or self._version != self.version:
-            self._version = self.version
-            # fresh lists: ``spoken``'s own lists grow later, a logged state must not
-            st = self._state = DialogueState(
-                active_intent=self.intent or "NONE", requested_slots=list(self.requested),
-                slot_values={k: (v[:] if len(v) == 1 else sorted(v)) for k, v in self.spoken.items()})
-        elif st.requested_slots != self.requested or st.active_intent != (self.intent or "NONE"):
-            # values unchanged: the last state's slot_values dict is shared (no state is ever mutated)
-            st = self._state = DialogueState(active_intent=self.intent or "NONE",
-                                             requested_slots=list(self.requested), slot_values=st.slot_values)
+        intent = self.intent or "NONE"
+        if (st is None or st.slot_values is not self.values or st.requested_slots is not self.requested
+                or st.active_intent != intent):
+            st = self._state = DialogueState(active_intent=intent, requested_slots=self.requested,
+                                             slot_values=self.values)
         return st
+
+
+class _Tracks(dict):
+    """Service name -> its track, made on first use: ``tracks[name]`` always has one, ``get`` only if known."""
+
+    def __missing__(self, name: str) -> _Track:
+        t = self[name] = _Track()
+        return t
 
 
 class SchemaAgent:
@@ -162,7 +172,7 @@ class SchemaAgent:
         self.rng: random.Random = ctx.rng
         self.schemas = data.get("schemas") or {}
         self.names = list(self.schemas) or sorted({t.service for t in ctx.tools})
-        self.tracks: dict[str, _Track] = {}
+        self.tracks: dict[str, _Track] = _Tracks()
         self.current: str | None = None
         self.last: set[str] = set()  # act kinds of the agent's previous turn
         self._expecting: list[str] = []  # slots the agent asked for last
@@ -179,16 +189,22 @@ class SchemaAgent:
         if obs.tool_results and self.pending is not None:
             return self._after_call(obs.tool_results[0])
         user = obs.user
-        if user.frames and not self.text_only:
-            acts = [(f.service, a) for f in user.frames for a in f.actions]
+        frames = user.frames
+        if frames and not self.text_only:
+            if len(frames) == 1:  # the common case, without a comprehension
+                said = [(frames[0].service, frames[0].actions)] if frames[0].actions else []
+            else:
+                said = [(f.service, f.actions) for f in frames if f.actions]
             self._tagged = None
         else:
             found: list[tuple[str, SlotSpan]] = []
-            acts = self._understand(user.utterance, found)
+            # the understood (service, act) pairs as runs of one service, like frames
+            pairs = self._understand(user.utterance, found)
+            said = [(service, [a for _, a in run]) for service, run in itertools.groupby(pairs, key=_first)]
             self._tagged = {}
             for service, span in found:
                 self._tagged.setdefault(service, []).append(span)
-        return self._policy(acts, user.end)
+        return self._policy(said, user.end)
 
     # -- understanding ----------------------------------------------------------------------------
 
@@ -198,12 +214,6 @@ class SchemaAgent:
             schema = self.schemas.get(name) or self.pack.schemas[name]
             svc = self._services[name] = _Service(schema)
         return svc
-
-    def _track(self, name: str) -> _Track:
-        t = self.tracks.get(name)
-        if t is None:
-            t = self.tracks[name] = _Track()
-        return t
 
     def _understand(self, text: str, spans: list[tuple[str, SlotSpan]]) -> list[tuple[str, Act]]:
         if self._nlu is None:
@@ -219,13 +229,12 @@ class SchemaAgent:
             return
         old = t.canon.get(slot)
         if old is not None and old.lower() == canon.lower():
-            if spoken not in t.spoken[slot]:
-                t.spoken[slot].append(spoken)
-                t.version += 1
+            said = t.values[slot]
+            if spoken not in said:  # another way to say the same value: the state lists them all
+                t.values = {**t.values, slot: sorted([*said, spoken])}
             return
         t.canon[slot] = canon
-        t.spoken[slot] = [spoken]
-        t.version += 1
+        t.values = {**t.values, slot: [spoken]}
         t.changed = t.changed or change
 
     def _accept(self, name: str, acts: list[Act] | None, change: bool = False) -> None:
@@ -233,11 +242,11 @@ class SchemaAgent:
         entity on the table are no reason to search again; a proposed value from elsewhere is)."""
         if not acts:
             return
-        t = self.tracks.get(name) or self._track(name)
+        t = self.tracks[name]
         svc = self._services.get(name) or self._service(name)
         for a in acts:
             if a.canonical_values and a.values:
-                self._set(t, svc, a.slot, a.canonical_values[0], a.values[0], change=change)
+                self._set(t, svc, a.slot, a.canonical_values[0], a.values[0], change)
 
     def _propose(self, name: str, svc: _Service, slot: str) -> str | None:
         """A value for ``slot`` carried over from another service of this dialogue, the way SGD's system
@@ -255,44 +264,54 @@ class SchemaAgent:
 
     # -- policy -----------------------------------------------------------------------------------
 
-    def _policy(self, acts: list[tuple[str, Act]], user_end: bool) -> AgentReply:
+    def _policy(self, said: list[tuple[str, list[Act]]], user_end: bool) -> AgentReply:
+        """The reply to the user's acts, per service in the order said (no service has an empty list)."""
         tracks, services = self.tracks, self._services
         for t in tracks.values():
             if t.requested:
-                t.requested = []
+                t.requested = []  # a new list: the last state keeps the old one
         # the acts' kinds, and the service the user is talking about: the one with a new intent, else the
-        # last one spoken of
-        kinds = set()
+        # last one spoken of, else the first one of this turn
+        if len(said) == 1:
+            acts = said[0][1]
+            kinds = {acts[0].act} if len(acts) == 1 else set(map(_act_of, acts))
+        else:
+            kinds = {a.act for _, acts in said for a in acts}
         name = self.current
-        for s, a in acts:
-            kinds.add(a.act)
-            if a.act == "INFORM_INTENT" or name is None:
-                name = s
+        if "INFORM_INTENT" in kinds:
+            name = next(s for s, acts in reversed(said) if any(a.act == "INFORM_INTENT" for a in acts))
+        elif name is None:
+            if not said:
+                return self._say(None, [("REQ_MORE", "", None)], end=False)
+            name = said[0][0]
         self.current = name
-        if name is None:
-            return self._say(None, [("REQ_MORE", "", None)], end=False)
-        t = tracks.get(name) or self._track(name)
+        t = tracks[name]
         svc = services.get(name) or self._service(name)
         confirming, proposal = t.confirming, t.proposal
         t.confirming = t.proposal = None
-        if "NEGATE_INTENT" in kinds or ("NEGATE" in kinds and "REQ_MORE" in self.last and "INFORM" not in kinds):
+        # "no" to "anything else?" ends the dialogue
+        declined = "NEGATE" in kinds and "REQ_MORE" in self.last and "INFORM" not in kinds
+        if declined or "NEGATE_INTENT" in kinds:
             t.intent = None  # SGD's state has no active intent after "no" to an offer or to "anything else?"
-        for s, a in acts:
-            ts = tracks.get(s) or self._track(s)
-            ss = services.get(s) or self._service(s)
-            if a.act == "INFORM_INTENT" and a.values:
-                intent = a.canonical_values[0] if a.canonical_values else a.values[0]
-                if intent in ss.required and (intent != ts.intent or intent in ts.done):
-                    ts.intent = intent  # a new intent, or the same one asked for again
-                    ts.done.discard(intent)
-                    ts.changed = True
-            elif a.act == "INFORM" and a.values:
-                canon = a.canonical_values[0] if a.canonical_values else a.values[0]
-                self._set(ts, ss, a.slot, canon, a.values[0])
-            elif a.act == "REQUEST" and a.slot:
-                ts.requested.append(a.slot)
-        if "GOODBYE" in kinds or user_end or ("NEGATE" in kinds and "REQ_MORE" in self.last
-                                             and "INFORM" not in kinds):
+        for s, acts in said:
+            ts = tracks[s]  # every service spoken of is tracked
+            for a in acts:
+                act = a.act
+                if act == "INFORM":
+                    if a.values:
+                        canon = a.canonical_values[0] if a.canonical_values else a.values[0]
+                        self._set(ts, services.get(s) or self._service(s), a.slot, canon, a.values[0])
+                elif act == "REQUEST":
+                    if a.slot:
+                        ts.requested = [*ts.requested, a.slot]
+                elif act == "INFORM_INTENT" and a.values:
+                    intent = a.canonical_values[0] if a.canonical_values else a.values[0]
+                    if intent in (services.get(s) or self._service(s)).required and (intent != ts.intent
+                                                                                     or intent in ts.done):
+                        ts.intent = intent  # a new intent, or the same one asked for again
+                        ts.done.discard(intent)
+                        ts.changed = True
+        if "GOODBYE" in kinds or user_end or declined:
             return self._say(name, [("GOODBYE", "", None)], end=True)
         if "AFFIRM_INTENT" in kinds and self.offered_intent and self.offered_intent[0] == name:
             t.intent = self.offered_intent[1]
@@ -353,11 +372,8 @@ class SchemaAgent:
         return self._say(name, [("REQ_MORE", "", None)], end=False)
 
     def _params(self, t: _Track, svc: _Service, intent: str) -> dict[str, str]:
-        params = {s: t.canon[s] for s in svc.required[intent] if s in t.canon}
-        for s in svc.optional[intent]:
-            if s in t.canon:
-                params[s] = t.canon[s]
-        return params
+        canon = t.canon
+        return {s: canon[s] for s in svc.params[intent] if s in canon}
 
     def _confirm(self, name: str, t: _Track, svc: _Service) -> AgentReply:
         acts = [("CONFIRM", s, v) for s, v in self._params(t, svc, t.intent).items()]
@@ -370,7 +386,7 @@ class SchemaAgent:
         return reply
 
     def _call(self, name: str, intent: str | None, out: list) -> AgentReply:
-        t, svc = self._track(name), self._service(name)
+        t, svc = self.tracks[name], self._service(name)
         if intent is None:
             return self._say(name, out + [("REQ_MORE", "", None)], end=False)
         params = self._params(t, svc, intent)
@@ -384,7 +400,7 @@ class SchemaAgent:
     def _after_call(self, result: Any) -> AgentReply:
         name, intent, out = self.pending
         self.pending = None
-        t, svc = self._track(name), self._service(name)
+        t, svc = self.tracks[name], self._service(name)
         rows = result.results or []
         t.changed = False
         if svc.transactional[intent]:
@@ -405,8 +421,11 @@ class SchemaAgent:
         if len(rows) > 1 and self.rng.random() < self.count_rate:  # SGD gives the count on about half the offers
             acts.append(("INFORM_COUNT", "count", str(len(rows))))
         entity = rows[0]
-        acts = [a for a in out if a[0] == "INFORM"] + acts
-        acts += [("INFORM", s, entity[s]) for s in t.requested if s in entity and not any(a[1] == s for a in acts)]
+        if out:
+            acts = [a for a in out if a[0] == "INFORM"] + acts
+        if t.requested:
+            acts += [("INFORM", s, entity[s]) for s in t.requested
+                     if s in entity and not any(a[1] == s for a in acts)]
         return self._say(name, acts, end=False)
 
     def _offer(self, name: str, t: _Track, row: dict[str, Any]) -> list:
@@ -422,10 +441,10 @@ class SchemaAgent:
             # and bisection), without building its list
             population, cum = sets
             slots = population[bisect.bisect(cum, self.rng.random() * (cum[-1] + 0.0), 0, len(population) - 1)]
-            if all(s in row and row[s] not in (None, "") for s in slots):
-                return [("OFFER", s, row[s]) for s in slots]
-        slots = svc.offer_slots.get(t.intent, ())
-        return [("OFFER", s, row[s]) for s in slots if s in row and row[s] not in (None, "")]
+            acts = [("OFFER", s, row[s]) for s in slots if row.get(s) not in (None, "")]
+            if len(acts) == len(slots):  # the entity has every value of the set
+                return acts
+        return [("OFFER", s, row[s]) for s in svc.offer_slots.get(t.intent, ()) if row.get(s) not in (None, "")]
 
     def _next_offer(self, name: str, t: _Track) -> list:
         t.pos = (t.pos + 1) % len(t.results)
@@ -435,20 +454,19 @@ class SchemaAgent:
 
     def _say(self, name: str | None, acts: list[tuple[str, str, Any]], end: bool) -> AgentReply:
         """Realize the acts (spoken variants via the pack), remember what was said, expose the state."""
-        frames: list[Frame] = []
-        utterance = ""
+        last = self.last = {acts[0][0]} if len(acts) == 1 else set(map(_first, acts))
         if name is None:  # nothing understood yet, so no service to speak for: still never an empty turn
-            last = self.last = {a[0] for a in acts}
-            utterance = _OPEN_QUESTION
+            utterance, frames = _OPEN_QUESTION, []
         else:
-            last = self.last = set()
             svc = self._services.get(name) or self._service(name)
             categorical, pack, rng = svc.categorical, self.pack, self.rng
             built: list[Act] = []
             for act, slot, value in acts:
-                last.add(act)
                 if value is None:
-                    built.append(Act(act=act, slot=slot))
+                    bare = _BARE.get((act, slot))
+                    if bare is None:
+                        bare = _BARE[(act, slot)] = Act(act=act, slot=slot)
+                    built.append(bare)
                     continue
                 if type(value) is not str:
                     value = str(value)
@@ -460,15 +478,16 @@ class SchemaAgent:
             if len(built) > 1:
                 built.sort(key=_act_key)  # one order per signature (the realizer caches plans by signature)
             utterance, spans = pack.realizer.realize("SYSTEM", name, built, rng)
-            frames.append(Frame(service=name, actions=built, slots=spans))
+            frames = [Frame(service=name, actions=built, slots=spans)]
             if "OFFER" in last:
                 self._offer_acts[name] = [a for a in built if a.act == "OFFER"]
         self._expecting = [a[1] for a in acts if a[0] == "REQUEST"] if "REQUEST" in last else []
-        if len(self.tracks) == 1:  # the common case: one service, no dict comprehension
-            (n, t), = self.tracks.items()
+        tracks = self.tracks
+        if len(tracks) == 1:  # the common case: one service, no dict comprehension
+            (n, t), = tracks.items()
             state = {n: t.state()}
         else:
-            state = {n: t.state() for n, t in self.tracks.items()}
+            state = {n: t.state() for n, t in tracks.items()}
         return AgentReply(utterance=utterance, frames=frames, state=state, tagged_slots=self._tagged, end=end)
 
 

@@ -69,14 +69,45 @@ class _ShapeCache(dict):
         return tok
 
 
+class _SlotTokens(dict):
+    """slot -> the token of one act with ``n`` literal values (see _ShapeCache), computed on first use."""
+
+    def __init__(self, act: str, n: int) -> None:
+        super().__init__()
+        self.act, self.n = act, n
+
+    def __missing__(self, slot: str) -> str | None:
+        tok = self[slot] = _SHAPES[(self.act, slot, self.n)]
+        return tok
+
+
+class _ActTokens(dict):
+    """act -> its _SlotTokens for ``n`` values: two lookups by string, no tuple to build and hash per act."""
+
+    def __init__(self, n: int) -> None:
+        super().__init__()
+        self.n = n
+
+    def __missing__(self, act: str) -> _SlotTokens:
+        by_slot = self[act] = _SlotTokens(act, self.n)
+        return by_slot
+
+
 _TOKENS = _TokenCache()  # bound values and intents only: a few hundred keys
 _SHAPES = _ShapeCache()  # a few hundred keys too, where keys with the values' words would be tens of thousands
+_NO_VALUE = _ActTokens(0)  # the most common shapes first: acts without values...
+_ONE_VALUE = _ActTokens(1)  # ...and with one literal value
 
 
 def _token(a: Any) -> str:
     # literal values shape a token by their number alone: keyed so, the cache stays small and hot
     values = a.values
-    tok = _SHAPES[(a.act, a.slot, len(values))] if BOUND_VALUES.isdisjoint(values) else None
+    if not values:
+        return _NO_VALUE[a.act][a.slot]
+    if len(values) == 1:
+        tok = _ONE_VALUE[a.act][a.slot] if values[0] not in BOUND_VALUES else None
+    else:
+        tok = _SHAPES[(a.act, a.slot, len(values))] if BOUND_VALUES.isdisjoint(values) else None
     return tok if tok is not None else _TOKENS[(a.act, a.slot, *values)]
 
 
@@ -361,7 +392,7 @@ class Realizer:
 
     def realize(self, speaker: str, service: str, acts: list[Act], rng: random.Random) -> tuple[str, list[SlotSpan]]:
         """The utterance for one frame's acts and the spans of the non-categorical values placed in it."""
-        fast = (speaker, service, _token(acts[0])) if len(acts) == 1 else (speaker, service, *map(_token, acts))
+        fast = (speaker, service, _token(acts[0])) if len(acts) == 1 else (speaker, service, *[_token(a) for a in acts])
         got = self._fast.get(fast)
         if got is None:
             # the plan depends on the signature alone; ``order`` maps its positions onto these acts
@@ -394,16 +425,16 @@ class Realizer:
             pos += len(lit)
             for k, j, span, lit, agree in steps:
                 v = acts[order[k]].values[j]
+                end = pos + len(v)
                 if span is not None:
-                    spans.append(SlotSpan(slot=span, start=pos, exclusive_end=pos + len(v)))
+                    spans.append(SlotSpan(slot=span, start=pos, exclusive_end=end))
                 if agree is not None:  # "1 people" -> "1 person", "4 ticket" -> "4 tickets"
                     if v in _ONE:
                         lit = agree[0]
                     elif v.isdigit() or v.lower() in _MANY:
                         lit = agree[1]
-                out.append(v)
-                out.append(lit)
-                pos += len(v) + len(lit)
+                out += (v, lit)
+                pos = end + len(lit)
         return "".join(out), spans
 
     def signatures(self, speaker: str, service: str) -> dict[str, list[Template]]:

@@ -29,7 +29,8 @@ def _is_name(slot: str) -> bool:
 class _Table:
     """One intent's rows with an index from (slot, lower-cased value) to row numbers."""
 
-    __slots__ = ("rows", "index", "columns", "echo", "echo_results", "cap", "ident", "names", "all", "name_columns")
+    __slots__ = ("rows", "index", "columns", "echo", "echo_results", "cap", "ident", "names", "all", "name_columns",
+                 "filters")
 
     def __init__(self, rows: list[dict[str, str]], echo: list[str], result_slots: tuple[str, ...] = (),
                  cap: int = 10, ident: str | None = None):
@@ -39,6 +40,7 @@ class _Table:
         self.echo = frozenset(echo)
         self.echo_results = tuple(s for s in echo if s in result_slots)  # echoed back into result rows
         self.columns = frozenset(k for r in rows for k in r)
+        self.filters = self.columns - self.echo  # the columns a search filters on
         self.name_columns = frozenset(k for k in self.columns if _is_name(k))  # columns that name an entity
         index: dict[str, dict[str, list[int]]] = {}
         for n, row in enumerate(rows):
@@ -53,9 +55,9 @@ class _Table:
     def match(self, filters: dict[str, str]) -> tuple[int, ...] | list[int]:
         """Row numbers, ascending, matching every filter on a column of the table (others are ignored)."""
         hits = None
-        echo, columns, index = self.echo, self.columns, self.index
+        columns, index = self.filters, self.index
         for k, v in filters.items():
-            if v in _ANY or k in echo or k not in columns:
+            if k not in columns or v in _ANY:
                 continue
             hit = index[k].get(v.lower())
             if hit is None:
@@ -99,7 +101,7 @@ class SgdWorld:
             return None, self._unknown(service, method)
         if not isinstance(parameters, dict):
             return None, "parameters must be an object"
-        required, allowed, categorical, defaults, transactional, result_slots = spec
+        required, allowed, categorical, defaults, transactional, result_slots, table = spec
         for slot in required:
             if not parameters.get(slot):
                 return None, f"{service}.{method}: missing required slot {slot!r}"
@@ -116,7 +118,7 @@ class SgdWorld:
         params = dict(defaults)
         params.update(parameters)
         if not transactional:
-            return self._search(service, method, params), None
+            return self._search(table, params), None
         return self._transact(service, params, result_slots), None
 
     def _unknown(self, service: str, method: str) -> str:
@@ -124,8 +126,7 @@ class SgdWorld:
             return f"unknown service {service!r}"
         return f"service {service!r} has no intent {method!r}"
 
-    def _search(self, service: str, method: str, params: dict[str, str]) -> list[dict[str, Any]]:
-        table = self._tables.get((service, method))
+    def _search(self, table: _Table | None, params: dict[str, str]) -> list[dict[str, Any]]:
         if table is None:
             return []
         hits = table.match(params)
@@ -160,7 +161,8 @@ class SgdWorld:
         match: dict[str, str] | None = None
         named = False
         for table in self._by_service.get(service, ()):
-            keys = {k: v for k, v in params.items() if k in table.columns and k not in table.echo and v not in _ANY}
+            filters = table.filters
+            keys = {k: v for k, v in params.items() if k in filters and v not in _ANY}
             if not keys:
                 continue
             named = named or not table.name_columns.isdisjoint(keys)
@@ -214,10 +216,12 @@ def _caps(pack: Pack) -> dict[Any, int]:
 
 
 def _specs_of(pack: Pack) -> dict[tuple[str, str], tuple]:
-    """Per (service, intent): required slots, allowed slots, categorical value sets, defaults, kind, results."""
+    """Per (service, intent): required slots, allowed slots, categorical value sets, defaults, kind, results and
+    the intent's table (None when the pack has no rows for it)."""
     got = pack.__dict__.get("_world_specs")
     if got is None:
         got = {}
+        tables = _tables_of(pack)
         for name in pack.services:
             svc = pack.service(name)
             for intent in svc.intents.values():
@@ -225,6 +229,7 @@ def _specs_of(pack: Pack) -> dict[tuple[str, str], tuple]:
                 categorical = {s: frozenset(svc.slots[s].possible_values) | {"dontcare"}
                                for s in allowed if svc.is_categorical(s)}
                 got[(name, intent.name)] = (intent.required_slots, allowed, categorical, dict(intent.optional_slots),
-                                            intent.is_transactional, intent.result_slots)
+                                            intent.is_transactional, intent.result_slots,
+                                            tables.get((name, intent.name)))
         pack.__dict__["_world_specs"] = got
     return got
