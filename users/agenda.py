@@ -91,6 +91,8 @@ class _Sub:
 _act_key = attrgetter("act", "slot")  # (act, slot): the order of a frame's acts, without a Python call per act
 
 
+_STATEFUL = frozenset(("INFORM", "INFORM_INTENT", "NEGATE_INTENT", "NEGATE", "AFFIRM_INTENT"))  # acts that change the state
+
 _EMPTY: dict[str, str] = {}  # read-only stand-in for a service with no values yet
 
 
@@ -158,23 +160,16 @@ class AgendaUser:
             out = self._opening()
             return self._reply(out, end=False)
         self.turns += 1
-        acts = []
-        sig = []
+        frames = agent.frames
+        # (service, act, slot, canonical values) of each system act: what the turn says, whatever the order
+        sig = [(f.service, a.act, a.slot, tuple(a.canonical_values)) for f in frames for a in f.actions]
+        if not sig and agent.utterance:  # an agent that sends only text: read its acts from the words
+            frames = [Frame(service=self._cur_service(), actions=self._understand(agent.utterance))]
+            sig = [(f.service, a.act, a.slot, tuple(a.canonical_values)) for f in frames for a in f.actions]
         goodbye = agent.end
-        for f in agent.frames:
-            s = f.service
-            for a in f.actions:
-                acts.append((s, a))
-                sig.append((s, a.act, a.slot, tuple(a.canonical_values)))
-                if a.act == "GOODBYE":
-                    goodbye = True
-        if not acts and agent.utterance:  # an agent that sends only text: read its acts from the words
-            service = self._cur_service()
-            for a in self._understand(agent.utterance):
-                acts.append((service, a))
-                sig.append((service, a.act, a.slot, tuple(a.canonical_values)))
-                if a.act == "GOODBYE":
-                    goodbye = True
+        for item in sig:
+            if item[1] == "GOODBYE":
+                goodbye = True
         if goodbye:
             self.ended = True
             if not self.left and not self._all_done():
@@ -183,7 +178,7 @@ class AgendaUser:
         # a turn the user has heard before (the same acts) or an empty one brings nothing new
         sig.sort()
         signature = tuple(sig)
-        if not acts or signature in self.heard:
+        if not sig or signature in self.heard:
             self.useless += 1
         else:
             self.useless = 0
@@ -196,20 +191,20 @@ class AgendaUser:
             # SELECT of an offer found with the wrong value, no GOODBYE), and it is not itself corrupted
             out, self.repair = self.repair, []
             return self._reply(out, end=False, slips=False)
-        out, end = self._react(acts)
+        out, end = self._react(frames)
         return self._reply(out, end=end)
 
     def verdict(self) -> Verdict:
         """Success when every subgoal was fulfilled and every requested slot informed; else why not."""
-        reward = {
-            "turns": self.turns,
-            "subgoals": len(self.subs),
-            "fulfilled": sum(s.fulfilled for s in self.subs),
-            "requested": sum(len(s.requested) for s in self.subs),
-            "informed": sum(len(s.requested) - len(s.pending) for s in self.subs),
-            "relaxed": sum(s.relaxed for s in self.subs),
-            "alternatives": sum(s.alts for s in self.subs),
-        }
+        fulfilled = requested = informed = relaxed = alternatives = 0
+        for s in self.subs:
+            fulfilled += s.fulfilled
+            requested += len(s.requested)
+            informed += len(s.requested) - len(s.pending)
+            relaxed += s.relaxed
+            alternatives += s.alts
+        reward = {"turns": self.turns, "subgoals": len(self.subs), "fulfilled": fulfilled, "requested": requested,
+                  "informed": informed, "relaxed": relaxed, "alternatives": alternatives}
         if self._all_done():
             return Verdict(outcome="success", reason="every goal intent fulfilled, every requested slot informed",
                            reward=reward, claims=[s.claim or self._claim(s, None) for s in self.subs])
@@ -402,16 +397,18 @@ class AgendaUser:
         if asked:
             self.agenda = [a for a in self.agenda if not (a[0] == "REQUEST" and any(o[2] == a[1] for o in out))]
 
-    def _react(self, acts: list) -> tuple[list, bool]:
+    def _react(self, frames: list[Frame]) -> tuple[list, bool]:
+        """The user's acts in answer to the system's (``frames``), and whether the user ends the dialogue."""
         out: list = []
         sub = self.subs[self.idx] if self.idx < len(self.subs) else None
         if sub is None:  # everything settled, the system keeps talking
             return out, self._finish(out, self.subs[-1].service, True)
         svc = sub.service
-        by: dict[str, list[Act]] = {}
-        for s, a in acts:
-            if s == svc:
-                by.setdefault(a.act, []).append(a)
+        by: dict[str, list[Act]] = {}  # the system's acts on the current service, by act name
+        for f in frames:
+            if f.service == svc:
+                for a in f.actions:
+                    by.setdefault(a.act, []).append(a)
         rng = self.rng
         for a in by.get("INFORM", ()):
             if a.canonical_values:
@@ -657,15 +654,19 @@ class AgendaUser:
         if cur is None:
             cur = self.canon[service] = {}
             self.values[service] = {}
-        vals = self.values[service]
-        if _same(cur.get(slot), canon):
-            if spoken in vals[slot]:
+        held = cur.get(slot)
+        if held is not None and (held == canon or held.lower() == canon.lower()):  # _same, inlined: a hot path
+            variants = self.values[service][slot]
+            if spoken in variants:
                 return
-            vals[slot].append(spoken)
+            variants.append(spoken)
         else:
             cur[slot] = canon
-            vals[slot] = [spoken]
-        self._dirty.setdefault(service, {})[slot] = None
+            self.values[service][slot] = [spoken]
+        dirty = self._dirty.get(service)
+        if dirty is None:
+            dirty = self._dirty[service] = {}
+        dirty[slot] = None
 
     def _say(self, service: str, slot: str, canon: str) -> str:
         """The spoken variant of ``canon`` this user uses (chosen once, then repeated)."""
@@ -759,6 +760,8 @@ class AgendaUser:
         """Fold the acts the user meant into the state: intent, informed values (true, not noisy)."""
         args = (self._services.get(service) or self._service(service)).args
         for _, act, slot, value in items:
+            if act not in _STATEFUL:
+                continue
             if act == "INFORM_INTENT":
                 self.active[service] = value
             elif act == "NEGATE_INTENT" or (act == "NEGATE" and _closing(items)):
@@ -768,7 +771,8 @@ class AgendaUser:
                 if sub is not None and sub.service == service:
                     self.active[service] = sub.intent
             elif act == "INFORM" and value is not None and slot in args:
-                self._hold(service, slot, value, self._say(service, slot, value))
+                spoken = self.spoken.get((service, slot, value))  # said already when the turn was realized
+                self._hold(service, slot, value, spoken if spoken is not None else self._say(service, slot, value))
 
 
 _OPTIONS = {"patience": int, "verbosity": float, "alts_rate": float, "max_alts": int, "request_first": float}
