@@ -395,7 +395,8 @@ class AgendaUser:
             out.append((sub.service, "REQUEST", slot, None))
             asked += 1
         if asked:
-            self.agenda = [a for a in self.agenda if not (a[0] == "REQUEST" and any(o[2] == a[1] for o in out))]
+            slots = {o[2] for o in out}  # the turn's REQUESTs leave the agenda
+            self.agenda = [a for a in self.agenda if a[0] != "REQUEST" or a[1] not in slots]
 
     def _react(self, frames: list[Frame]) -> tuple[list, bool]:
         """The user's acts in answer to the system's (``frames``), and whether the user ends the dialogue."""
@@ -775,6 +776,15 @@ class AgendaUser:
                 self._hold(service, slot, value, spoken if spoken is not None else self._say(service, slot, value))
 
 
+def _services_of(pack: Any) -> dict[str, _Service]:
+    """The pack's services as the user needs them, shared by every run over the pack: schemas and entity
+    tables do not change, so the indexes built on demand (``rows_with``) are built once."""
+    services = getattr(pack, "_agenda_services", None)
+    if services is None:
+        services = pack._agenda_services = {}
+    return services
+
+
 _OPTIONS = {"patience": int, "verbosity": float, "alts_rate": float, "max_alts": int, "request_first": float}
 
 
@@ -803,7 +813,7 @@ def make_factory(arg: str | None, scenarios: Any, options: dict[str, Any]) -> An
     if pack is None:
         raise UserError("agenda user: needs SGD scenarios (--scenarios sgd or a pack directory), "
                         f"not {getattr(scenarios, 'name', type(scenarios).__name__)!r}")
-    services: dict[str, _Service] = {}  # shared by the episodes of a run: schemas do not change
+    services = _services_of(pack)
 
     def make() -> AgendaUser:
         return AgendaUser(pack, noise=noise, services=services, **kwargs)
