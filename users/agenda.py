@@ -101,6 +101,30 @@ def _closing(items: Any) -> bool:
     return any(i[1] == "THANK_YOU" for i in items) and not any(i[1] == "INFORM" for i in items)
 
 
+def _all_about(items: list, service: str) -> bool:
+    for item in items:
+        if item[0] != service:
+            return False
+    return True
+
+
+def _by_service(said: list, meant: list) -> list[tuple[str, list, list]]:
+    """(service, the acts said about it, the acts meant about it) per service the turn speaks about, in order."""
+    first = said[0][0] if said else ""
+    if _all_about(said, first) and (meant is said or _all_about(meant, first)):  # the common case
+        return [(first, said, meant)] if said else []
+    # a turn over two services (thanks for one, a new intent for the other)
+    groups: dict[str, tuple[str, list, list]] = {}
+    for item in said:
+        if item[0] not in groups:
+            groups[item[0]] = (item[0], [], [])
+        groups[item[0]][1].append(item)
+    for item in meant:
+        if item[0] in groups:
+            groups[item[0]][2].append(item)
+    return list(groups.values())
+
+
 def _same(a: str | None, b: str | None) -> bool:
     return a is not None and b is not None and (a == b or a.lower() == b.lower())
 
@@ -682,6 +706,7 @@ class AgendaUser:
         return spoken
 
     def _reply(self, out: list, end: bool, slips: bool = True) -> UserReply:
+        """The turn saying ``out`` (maybe with slips): realized and annotated per service, the state folded in."""
         if end:
             self.ended = True
         noisy = out
@@ -692,35 +717,13 @@ class AgendaUser:
         frames: list[Frame] = []
         texts: list[str] = []
         offset = 0
-        first = noisy[0][0] if noisy else ""
-        one = True  # one service spoken about: the common case, no grouping needed
-        for item in noisy:
-            if item[0] != first:
-                one = False
-                break
-        if one and noisy is not out:
-            for item in out:
-                if item[0] != first:
-                    one = False
-                    break
-        if one:
-            order, grouped, true_by_service = [first] if noisy else [], {first: noisy}, {first: out}
-        else:  # a turn over two services (thanks for one, a new intent for the other)
-            order, grouped, true_by_service = [], {}, {}
-            for item in noisy:
-                if item[0] not in grouped:
-                    order.append(item[0])
-                    grouped[item[0]] = []
-                grouped[item[0]].append(item)
-            for item in out:
-                true_by_service.setdefault(item[0], []).append(item)
         said = self.spoken
         realize = self.pack.realizer.realize
         speaker = "USER" if self.turns else OPENING  # the opening turn leans on nothing said before
-        for service in order:
+        for service, items, meant in _by_service(noisy, out):
             acts: list[Act] = []
             requested: list[str] = []
-            for _, act, slot, value in grouped[service]:
+            for _, act, slot, value in items:
                 if act == "INFORM_INTENT":
                     acts.append(Act(act=act, slot="intent", values=[value], canonical_values=[value]))
                 elif value is not None:
@@ -734,7 +737,7 @@ class AgendaUser:
                         requested.append(slot)
             if len(acts) > 1:
                 acts.sort(key=_act_key)  # one order per signature (the realizer caches plans by signature)
-            self._update_state(service, true_by_service.get(service, ()))
+            self._update_state(service, meant)
             text, spans = realize(speaker, service, acts, self.rng)
             if offset:
                 spans = [type(sp)(slot=sp.slot, start=sp.start + offset, exclusive_end=sp.exclusive_end + offset)
