@@ -91,7 +91,8 @@ class _Sub:
 _act_key = attrgetter("act", "slot")  # (act, slot): the order of a frame's acts, without a Python call per act
 
 
-_STATEFUL = frozenset(("INFORM", "INFORM_INTENT", "NEGATE_INTENT", "NEGATE", "AFFIRM_INTENT"))  # acts that change the state
+# the user's acts that change its dialogue state (see _update_state)
+_STATEFUL = frozenset(("INFORM", "INFORM_INTENT", "NEGATE_INTENT", "NEGATE", "AFFIRM_INTENT"))
 
 _EMPTY: dict[str, str] = {}  # read-only stand-in for a service with no values yet
 
