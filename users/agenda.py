@@ -102,6 +102,19 @@ def _closing(items: Any) -> bool:
     return any(i[1] == "THANK_YOU" for i in items) and not any(i[1] == "INFORM" for i in items)
 
 
+def _heard(frames: list[Frame]) -> tuple[list[tuple], bool]:
+    """(service, act, slot, canonical values) of each system act, and whether the system said GOODBYE."""
+    sig = []  # a loop, not a comprehension: this runs every turn and a comprehension costs a function object
+    goodbye = False
+    for f in frames:
+        service = f.service
+        for a in f.actions:
+            sig.append((service, a.act, a.slot, tuple(a.canonical_values)))
+            if a.act == "GOODBYE":
+                goodbye = True
+    return sig, goodbye
+
+
 def _all_about(items: list, service: str) -> bool:
     for item in items:
         if item[0] != service:
@@ -186,16 +199,11 @@ class AgendaUser:
             return self._reply(out, end=False)
         self.turns += 1
         frames = agent.frames
-        # (service, act, slot, canonical values) of each system act: what the turn says, whatever the order
-        sig = [(f.service, a.act, a.slot, tuple(a.canonical_values)) for f in frames for a in f.actions]
+        sig, goodbye = _heard(frames)
         if not sig and agent.utterance:  # an agent that sends only text: read its acts from the words
             frames = [Frame(service=self._cur_service(), actions=self._understand(agent.utterance))]
-            sig = [(f.service, a.act, a.slot, tuple(a.canonical_values)) for f in frames for a in f.actions]
-        goodbye = agent.end
-        for item in sig:
-            if item[1] == "GOODBYE":
-                goodbye = True
-        if goodbye:
+            sig, goodbye = _heard(frames)
+        if goodbye or agent.end:
             self.ended = True
             if not self.left and not self._all_done():
                 self.left = "the system closed the dialogue before the goal was met"
