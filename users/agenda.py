@@ -91,12 +91,52 @@ class _Sub:
 _act_key = attrgetter("act", "slot")  # (act, slot): the order of a frame's acts, without a Python call per act
 
 
+# the user's acts that change its dialogue state (see _update_state)
+_STATEFUL = frozenset(("INFORM", "INFORM_INTENT", "NEGATE_INTENT", "NEGATE", "AFFIRM_INTENT"))
+
 _EMPTY: dict[str, str] = {}  # read-only stand-in for a service with no values yet
 
 
 def _closing(items: Any) -> bool:
     """A "no" that closes the dialogue: the turn thanks and informs nothing."""
     return any(i[1] == "THANK_YOU" for i in items) and not any(i[1] == "INFORM" for i in items)
+
+
+def _heard(frames: list[Frame]) -> tuple[list[tuple], bool]:
+    """(service, act, slot, canonical values) of each system act, and whether the system said GOODBYE."""
+    sig = []  # a loop, not a comprehension: this runs every turn and a comprehension costs a function object
+    goodbye = False
+    for f in frames:
+        service = f.service
+        for a in f.actions:
+            sig.append((service, a.act, a.slot, tuple(a.canonical_values)))
+            if a.act == "GOODBYE":
+                goodbye = True
+    return sig, goodbye
+
+
+def _all_about(items: list, service: str) -> bool:
+    for item in items:
+        if item[0] != service:
+            return False
+    return True
+
+
+def _by_service(said: list, meant: list) -> list[tuple[str, list, list]]:
+    """(service, the acts said about it, the acts meant about it) per service the turn speaks about, in order."""
+    first = said[0][0] if said else ""
+    if _all_about(said, first) and (meant is said or _all_about(meant, first)):  # the common case
+        return [(first, said, meant)] if said else []
+    # a turn over two services (thanks for one, a new intent for the other)
+    groups: dict[str, tuple[str, list, list]] = {}
+    for item in said:
+        if item[0] not in groups:
+            groups[item[0]] = (item[0], [], [])
+        groups[item[0]][1].append(item)
+    for item in meant:
+        if item[0] in groups:
+            groups[item[0]][2].append(item)
+    return list(groups.values())
 
 
 def _same(a: str | None, b: str | None) -> bool:
@@ -158,24 +198,12 @@ class AgendaUser:
             out = self._opening()
             return self._reply(out, end=False)
         self.turns += 1
-        acts = []
-        sig = []
-        goodbye = agent.end
-        for f in agent.frames:
-            s = f.service
-            for a in f.actions:
-                acts.append((s, a))
-                sig.append((s, a.act, a.slot, tuple(a.canonical_values)))
-                if a.act == "GOODBYE":
-                    goodbye = True
-        if not acts and agent.utterance:  # an agent that sends only text: read its acts from the words
-            service = self._cur_service()
-            for a in self._understand(agent.utterance):
-                acts.append((service, a))
-                sig.append((service, a.act, a.slot, tuple(a.canonical_values)))
-                if a.act == "GOODBYE":
-                    goodbye = True
-        if goodbye:
+        frames = agent.frames
+        sig, goodbye = _heard(frames)
+        if not sig and agent.utterance:  # an agent that sends only text: read its acts from the words
+            frames = [Frame(service=self._cur_service(), actions=self._understand(agent.utterance))]
+            sig, goodbye = _heard(frames)
+        if goodbye or agent.end:
             self.ended = True
             if not self.left and not self._all_done():
                 self.left = "the system closed the dialogue before the goal was met"
@@ -183,7 +211,7 @@ class AgendaUser:
         # a turn the user has heard before (the same acts) or an empty one brings nothing new
         sig.sort()
         signature = tuple(sig)
-        if not acts or signature in self.heard:
+        if not sig or signature in self.heard:
             self.useless += 1
         else:
             self.useless = 0
@@ -196,20 +224,20 @@ class AgendaUser:
             # SELECT of an offer found with the wrong value, no GOODBYE), and it is not itself corrupted
             out, self.repair = self.repair, []
             return self._reply(out, end=False, slips=False)
-        out, end = self._react(acts)
+        out, end = self._react(frames)
         return self._reply(out, end=end)
 
     def verdict(self) -> Verdict:
         """Success when every subgoal was fulfilled and every requested slot informed; else why not."""
-        reward = {
-            "turns": self.turns,
-            "subgoals": len(self.subs),
-            "fulfilled": sum(s.fulfilled for s in self.subs),
-            "requested": sum(len(s.requested) for s in self.subs),
-            "informed": sum(len(s.requested) - len(s.pending) for s in self.subs),
-            "relaxed": sum(s.relaxed for s in self.subs),
-            "alternatives": sum(s.alts for s in self.subs),
-        }
+        fulfilled = requested = informed = relaxed = alternatives = 0
+        for s in self.subs:
+            fulfilled += s.fulfilled
+            requested += len(s.requested)
+            informed += len(s.requested) - len(s.pending)
+            relaxed += s.relaxed
+            alternatives += s.alts
+        reward = {"turns": self.turns, "subgoals": len(self.subs), "fulfilled": fulfilled, "requested": requested,
+                  "informed": informed, "relaxed": relaxed, "alternatives": alternatives}
         if self._all_done():
             return Verdict(outcome="success", reason="every goal intent fulfilled, every requested slot informed",
                            reward=reward, claims=[s.claim or self._claim(s, None) for s in self.subs])
@@ -400,18 +428,21 @@ class AgendaUser:
             out.append((sub.service, "REQUEST", slot, None))
             asked += 1
         if asked:
-            self.agenda = [a for a in self.agenda if not (a[0] == "REQUEST" and any(o[2] == a[1] for o in out))]
+            slots = {o[2] for o in out}  # the turn's REQUESTs leave the agenda
+            self.agenda = [a for a in self.agenda if a[0] != "REQUEST" or a[1] not in slots]
 
-    def _react(self, acts: list) -> tuple[list, bool]:
+    def _react(self, frames: list[Frame]) -> tuple[list, bool]:
+        """The user's acts in answer to the system's (``frames``), and whether the user ends the dialogue."""
         out: list = []
         sub = self.subs[self.idx] if self.idx < len(self.subs) else None
         if sub is None:  # everything settled, the system keeps talking
             return out, self._finish(out, self.subs[-1].service, True)
         svc = sub.service
-        by: dict[str, list[Act]] = {}
-        for s, a in acts:
-            if s == svc:
-                by.setdefault(a.act, []).append(a)
+        by: dict[str, list[Act]] = {}  # the system's acts on the current service, by act name
+        for f in frames:
+            if f.service == svc:
+                for a in f.actions:
+                    by.setdefault(a.act, []).append(a)
         rng = self.rng
         for a in by.get("INFORM", ()):
             if a.canonical_values:
@@ -657,15 +688,19 @@ class AgendaUser:
         if cur is None:
             cur = self.canon[service] = {}
             self.values[service] = {}
-        vals = self.values[service]
-        if _same(cur.get(slot), canon):
-            if spoken in vals[slot]:
+        held = cur.get(slot)
+        if held is not None and (held == canon or held.lower() == canon.lower()):  # _same, inlined: a hot path
+            variants = self.values[service][slot]
+            if spoken in variants:
                 return
-            vals[slot].append(spoken)
+            variants.append(spoken)
         else:
             cur[slot] = canon
-            vals[slot] = [spoken]
-        self._dirty.setdefault(service, {})[slot] = None
+            self.values[service][slot] = [spoken]
+        dirty = self._dirty.get(service)
+        if dirty is None:
+            dirty = self._dirty[service] = {}
+        dirty[slot] = None
 
     def _say(self, service: str, slot: str, canon: str) -> str:
         """The spoken variant of ``canon`` this user uses (chosen once, then repeated)."""
@@ -680,6 +715,7 @@ class AgendaUser:
         return spoken
 
     def _reply(self, out: list, end: bool, slips: bool = True) -> UserReply:
+        """The turn saying ``out`` (maybe with slips): realized and annotated per service, the state folded in."""
         if end:
             self.ended = True
         noisy = out
@@ -690,35 +726,13 @@ class AgendaUser:
         frames: list[Frame] = []
         texts: list[str] = []
         offset = 0
-        first = noisy[0][0] if noisy else ""
-        one = True  # one service spoken about: the common case, no grouping needed
-        for item in noisy:
-            if item[0] != first:
-                one = False
-                break
-        if one and noisy is not out:
-            for item in out:
-                if item[0] != first:
-                    one = False
-                    break
-        if one:
-            order, grouped, true_by_service = [first] if noisy else [], {first: noisy}, {first: out}
-        else:  # a turn over two services (thanks for one, a new intent for the other)
-            order, grouped, true_by_service = [], {}, {}
-            for item in noisy:
-                if item[0] not in grouped:
-                    order.append(item[0])
-                    grouped[item[0]] = []
-                grouped[item[0]].append(item)
-            for item in out:
-                true_by_service.setdefault(item[0], []).append(item)
         said = self.spoken
         realize = self.pack.realizer.realize
         speaker = "USER" if self.turns else OPENING  # the opening turn leans on nothing said before
-        for service in order:
+        for service, items, meant in _by_service(noisy, out):
             acts: list[Act] = []
             requested: list[str] = []
-            for _, act, slot, value in grouped[service]:
+            for _, act, slot, value in items:
                 if act == "INFORM_INTENT":
                     acts.append(Act(act=act, slot="intent", values=[value], canonical_values=[value]))
                 elif value is not None:
@@ -732,7 +746,7 @@ class AgendaUser:
                         requested.append(slot)
             if len(acts) > 1:
                 acts.sort(key=_act_key)  # one order per signature (the realizer caches plans by signature)
-            self._update_state(service, true_by_service.get(service, ()))
+            self._update_state(service, meant)
             text, spans = realize(speaker, service, acts, self.rng)
             if offset:
                 spans = [type(sp)(slot=sp.slot, start=sp.start + offset, exclusive_end=sp.exclusive_end + offset)
@@ -759,6 +773,8 @@ class AgendaUser:
         """Fold the acts the user meant into the state: intent, informed values (true, not noisy)."""
         args = (self._services.get(service) or self._service(service)).args
         for _, act, slot, value in items:
+            if act not in _STATEFUL:
+                continue
             if act == "INFORM_INTENT":
                 self.active[service] = value
             elif act == "NEGATE_INTENT" or (act == "NEGATE" and _closing(items)):
@@ -768,7 +784,17 @@ class AgendaUser:
                 if sub is not None and sub.service == service:
                     self.active[service] = sub.intent
             elif act == "INFORM" and value is not None and slot in args:
-                self._hold(service, slot, value, self._say(service, slot, value))
+                spoken = self.spoken.get((service, slot, value))  # said already when the turn was realized
+                self._hold(service, slot, value, spoken if spoken is not None else self._say(service, slot, value))
+
+
+def _services_of(pack: Any) -> dict[str, _Service]:
+    """The pack's services as the user needs them, shared by every run over the pack: schemas and entity
+    tables do not change, so the indexes built on demand (``rows_with``) are built once."""
+    services = getattr(pack, "_agenda_services", None)
+    if services is None:
+        services = pack._agenda_services = {}
+    return services
 
 
 _OPTIONS = {"patience": int, "verbosity": float, "alts_rate": float, "max_alts": int, "request_first": float}
@@ -799,7 +825,7 @@ def make_factory(arg: str | None, scenarios: Any, options: dict[str, Any]) -> An
     if pack is None:
         raise UserError("agenda user: needs SGD scenarios (--scenarios sgd or a pack directory), "
                         f"not {getattr(scenarios, 'name', type(scenarios).__name__)!r}")
-    services: dict[str, _Service] = {}  # shared by the episodes of a run: schemas do not change
+    services = _services_of(pack)
 
     def make() -> AgendaUser:
         return AgendaUser(pack, noise=noise, services=services, **kwargs)

@@ -405,7 +405,7 @@ def _txn_subgoal(sf: _ServiceFacts, it: _IntentFacts, rng: random.Random, link: 
     # a stand-alone booking names a real entity, so its identity columns come from one row
     entity: dict[str, str] = {}
     fitting, echo = it.fitting, it.txn_echo
-    if fitting and not any(s.endswith("name") or s.endswith("title") for s in link):
+    if fitting and not any(s.endswith(("name", "title")) for s in link):
         entity = rng.choice(fitting)  # the entity to book, unless the previous subgoal names it
     constraints: dict[str, str] = {}
     optional: dict[str, str] = {}

@@ -17,27 +17,42 @@ from ..base import Call, Claim
 _ANY = ("dontcare", "")
 
 
-def _same(a: str, b: str) -> bool:
-    return a == b or a.lower() == b.lower()
+_UNSET = object()
+
+# (service, intent) -> (the schema dict it was read from, arguments, defaults): schemas are a pack's and
+# do not change, so the intents' facts are read once; the schema's identity guards against another pack
+_INTENTS: dict[tuple[str, str], tuple[Any, frozenset[str], dict[str, str]]] = {}
 
 
 def _intent(schemas: dict[str, Any], service: str, intent: str) -> tuple[frozenset[str], dict[str, str]]:
     """The intent's arguments (required and optional) and its optional slots' defaults."""
-    for i in (schemas.get(service) or {}).get("intents", ()):
+    schema = schemas.get(service)
+    got = _INTENTS.get((service, intent))
+    if got is not None and got[0] is schema:
+        return got[1], got[2]
+    args: frozenset[str] = frozenset()
+    defaults: dict[str, str] = {}
+    for i in (schema or {}).get("intents", ()):
         if i["name"] == intent:
             defaults = dict(i.get("optional_slots") or {})
-            return frozenset(i["required_slots"]) | frozenset(defaults), defaults
-    return frozenset(), {}
+            args = frozenset(i["required_slots"]) | frozenset(defaults)
+            break
+    _INTENTS[(service, intent)] = (schema, args, defaults)
+    return args, defaults
 
 
-def _mismatch(wanted: dict[str, str], values: dict[str, Any]) -> tuple[str, str | None, str] | None:
-    """The first (slot, value found, value wanted) where ``values`` disagree with the user's, else None."""
+def _mismatch(wanted: dict[str, str], values: dict[str, Any],
+              fallback: dict[str, Any] | None = None) -> tuple[str, str | None, str] | None:
+    """The first (slot, value found, value wanted) where ``values`` (over ``fallback`` for the slots it lacks)
+    disagree with the user's, else None."""
     for slot, want in wanted.items():
         if want in _ANY:
             continue
-        got = values.get(slot)
-        if got.__class__ is not str or got in _ANY or not _same(got, want):
-            return slot, got, want
+        got = values.get(slot, _UNSET)
+        if got is _UNSET:
+            got = fallback.get(slot) if fallback is not None else None
+        if got.__class__ is not str or got in _ANY or (got != want and got.lower() != want.lower()):
+            return slot, got, want  # type: ignore[return-value]
     return None
 
 
@@ -66,15 +81,15 @@ def unbacked(claims: list[Claim], calls: list[Call], schemas: dict[str, Any]) ->
             if call.service != claim.service or call.method != claim.intent or call.error is not None or not call.results:
                 continue
             tried += 1
-            values = {**defaults, **call.parameters}
             if claim.transactional:
-                found = _mismatch(wanted, values)
+                found = _mismatch(wanted, call.parameters, defaults)
                 backed = found is None
                 miss = miss or found
             elif claim.entity is not None:
+                values = {**defaults, **call.parameters}
                 for row in call.results:
                     if _mismatch(claim.entity, row) is None:
-                        found = _mismatch(wanted, {**values, **row})
+                        found = _mismatch(wanted, row, values)
                         backed = found is None
                         miss = miss or found
                         if backed:
