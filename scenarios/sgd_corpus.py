@@ -166,36 +166,48 @@ def describe_invalid(path: Path, index: int, item: Any, exc: msgspec.ValidationE
 def validate_dialogue(dialogue: SgdDialogue, known_services: set[str] | dict[str, Any] | None) -> str | None:
     """Semantic checks beyond the shape: None when fine, else a message naming the dialogue and turn."""
     listed = set(dialogue.services)
+    names: dict[str, tuple[set[str], set[str]]] = {}  # service -> its schema's slot and intent names
     for index, turn in enumerate(dialogue.turns):
-        where = f"dialogue {dialogue.dialogue_id}, turn {index}"
-        user = turn.speaker == "USER"
-        size = len(turn.utterance)
-        for frame in turn.frames:
-            service = frame.service
-            if known_services is not None and service not in known_services:
-                return f"{where}: unknown service {service!r} (not in the schema)"
-            if service not in listed:
-                return f"{where}: frame service {service!r} is not in the dialogue's services"
-            if user and frame.state is UNSET:
-                return f"{where}: user frame for {service} has no state"
-            if not user and frame.state is not UNSET:
-                return f"{where}: system frame for {service} has a state"
-            if user and (frame.service_call is not UNSET or frame.service_results is not UNSET):
-                return f"{where}: user frame for {service} has a service call"
-            if (frame.service_call is UNSET) != (frame.service_results is UNSET):
-                return f"{where}: frame for {service} has service_call and service_results unpaired"
-            for span in frame.slots:
-                if not 0 <= span.start <= span.exclusive_end <= size:
-                    return (f"{where}: span of slot {span.slot!r} [{span.start}:{span.exclusive_end}] is out of "
-                            f"range (utterance has {size} characters)")
-            if isinstance(known_services, dict):
-                problem = _unknown_name(frame, known_services[service])
-                if problem is not None:
-                    return f"{where}: frame for {service}: {problem} (not in the schema)"
+        problem = _turn_problem(turn, listed, known_services, names)
+        if problem is not None:
+            return f"dialogue {dialogue.dialogue_id}, turn {index}: {problem}"
     if known_services is not None:
         for service in dialogue.services:
             if service not in known_services:
                 return f"dialogue {dialogue.dialogue_id}: unknown service {service!r} (not in the schema)"
+    return None
+
+
+def _turn_problem(turn: SgdTurn, listed: set[str], known_services: set[str] | dict[str, Any] | None,
+                  names: dict[str, tuple[set[str], set[str]]]) -> str | None:
+    """The first semantic problem of one turn, described, or None."""
+    user = turn.speaker == "USER"
+    size = len(turn.utterance)
+    for frame in turn.frames:
+        service = frame.service
+        if known_services is not None and service not in known_services:
+            return f"unknown service {service!r} (not in the schema)"
+        if service not in listed:
+            return f"frame service {service!r} is not in the dialogue's services"
+        if user and frame.state is UNSET:
+            return f"user frame for {service} has no state"
+        if not user and frame.state is not UNSET:
+            return f"system frame for {service} has a state"
+        if user and (frame.service_call is not UNSET or frame.service_results is not UNSET):
+            return f"user frame for {service} has a service call"
+        if (frame.service_call is UNSET) != (frame.service_results is UNSET):
+            return f"frame for {service} has service_call and service_results unpaired"
+        for span in frame.slots:
+            if not 0 <= span.start <= span.exclusive_end <= size:
+                return (f"span of slot {span.slot!r} [{span.start}:{span.exclusive_end}] is out of "
+                        f"range (utterance has {size} characters)")
+        if isinstance(known_services, dict):
+            known = names.get(service)
+            if known is None:
+                known = names[service] = _schema_names(known_services[service])
+            problem = _unknown_name(frame, *known)
+            if problem is not None:
+                return f"frame for {service}: {problem} (not in the schema)"
     return None
 
 
@@ -204,10 +216,14 @@ def validate_dialogue(dialogue: SgdDialogue, known_services: set[str] | dict[str
 _ACTION_SLOTS = ("", "intent", "count")
 
 
-def _unknown_name(frame: SgdFrame, schema: dict[str, Any]) -> str | None:
-    """The first slot or intent name in a frame that its service's schema does not define, described."""
-    slots = {slot["name"] for slot in schema.get("slots", ())}
-    intents = {intent["name"] for intent in schema.get("intents", ())}
+def _schema_names(schema: dict[str, Any]) -> tuple[set[str], set[str]]:
+    """A service schema's slot names and intent names."""
+    return {slot["name"] for slot in schema.get("slots", ())}, {intent["name"] for intent in schema.get("intents", ())}
+
+
+def _unknown_name(frame: SgdFrame, slots: set[str], intents: set[str]) -> str | None:
+    """The first slot or intent name in a frame that its service's schema (its ``slots`` and ``intents``)
+    does not define, described."""
     for index, act in enumerate(frame.actions):
         if act.slot not in slots and act.slot not in _ACTION_SLOTS:
             return f"actions[{index}] ({act.act}): unknown slot {act.slot!r}"
