@@ -15,6 +15,7 @@ import argparse
 import asyncio
 import random
 import resource
+import statistics
 import tempfile
 import time
 from pathlib import Path
@@ -111,6 +112,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3, help="alternating rounds; the best of each is kept")
     args = parser.parse_args()
     engine_s = raw_s = read_s = engine_cpu = raw_cpu = float("inf")
+    paired: list[float] = []  # each round's own ratio: a machine whose speed drifts shows here as spread
     for _ in range(args.rounds):  # alternate so that a noisy neighbour hurts both sides alike
         with tempfile.TemporaryDirectory() as tmp:
             tmp_path = Path(tmp)
@@ -120,8 +122,10 @@ def main() -> None:
             seconds, cpu, engine_events = run_engine(tmp_path / "run" / "events" / "shard-000.jsonl",
                                                      args.episodes, args.durability)
             engine_s, engine_cpu = min(engine_s, seconds), min(engine_cpu, cpu)
+            round_engine = seconds
             seconds, cpu, raw_events = run_raw(tmp_path / "raw.jsonl", args.episodes)
             raw_s, raw_cpu = min(raw_s, seconds), min(raw_cpu, cpu)
+            paired.append(seconds / round_engine)
             seconds, read_count = read_back(tmp_path / "run")
             read_s = min(read_s, seconds)
             assert read_count == engine_events
@@ -132,6 +136,7 @@ def main() -> None:
     print(f"raw    : {args.episodes / raw_s:10.0f} episodes/s {raw_events / raw_s:12.0f} events/s")
     print(f"ratio engine/raw: {raw_s / engine_s:.2f} wall, {raw_cpu / engine_cpu:.2f} CPU time (target >= 0.5; CPU "
           f"time is steadier on a busy machine)")
+    print(f"ratio per round: {min(paired):.2f}..{max(paired):.2f}, median {statistics.median(paired):.2f}")
     print(f"read back: {read_count / read_s:12.0f} events/s (target >= 500000)")
     print(f"peak RSS: {rss_mb:.0f} MB")
 
