@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import random
 import re
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from ...engine.events import Act, SlotSpan
 from .schema import ServiceSchema
@@ -49,54 +49,38 @@ def act_token(act: str, slot: str, values: Sequence[str]) -> tuple[str, bool]:
     return f"{act}({slot}*{len(values)})", True
 
 
-class _TokenCache(dict):
-    """(act, slot, *values) -> signature token, computed on first use."""
+class _Memo(dict):
+    """key -> ``compute(key)``, computed on first use; emptied when it outgrows ``limit`` (a bound on memory)."""
 
-    def __missing__(self, key: tuple) -> str:
-        if len(self) > 100_000:
+    def __init__(self, compute: Callable[[Any], Any], limit: int = 100_000) -> None:
+        super().__init__()
+        self.compute, self.limit = compute, limit
+
+    def __missing__(self, key: Any) -> Any:
+        if len(self) > self.limit:
             self.clear()
-        tok = self[key] = act_token(key[0], key[1], key[2:])[0]
-        return tok
+        value = self[key] = self.compute(key)
+        return value
 
 
-class _ShapeCache(dict):
-    """(act, slot, number of values) -> the token of an act whose values are all literal (no True, False or
-    dontcare), computed on first use; None for an intent act, whose values are part of its token."""
-
-    def __missing__(self, key: tuple[str, str, int]) -> str | None:
-        act, slot, n = key
-        tok = self[key] = None if n and slot and act.endswith("_INTENT") else act_token(act, slot, ("",) * n)[0]
-        return tok
+def _shape_token(key: tuple[str, str, int]) -> str | None:
+    """The token of an act (act, slot, number of values) whose values are all literal (no True, False or
+    dontcare); None for an intent act, whose values are part of its token."""
+    act, slot, n = key
+    return None if n and slot and act.endswith("_INTENT") else act_token(act, slot, ("",) * n)[0]
 
 
-class _SlotTokens(dict):
-    """slot -> the token of one act with ``n`` literal values (see _ShapeCache), computed on first use."""
-
-    def __init__(self, act: str, n: int) -> None:
-        super().__init__()
-        self.act, self.n = act, n
-
-    def __missing__(self, slot: str) -> str | None:
-        tok = self[slot] = _SHAPES[(self.act, slot, self.n)]
-        return tok
+def _tokens_by_act_then_slot(n: int) -> _Memo:
+    """act -> slot -> the token of an act with ``n`` literal values: two lookups by string, no tuple per act."""
+    return _Memo(lambda act: _Memo(lambda slot: _SHAPES[(act, slot, n)]))
 
 
-class _ActTokens(dict):
-    """act -> its _SlotTokens for ``n`` values: two lookups by string, no tuple to build and hash per act."""
-
-    def __init__(self, n: int) -> None:
-        super().__init__()
-        self.n = n
-
-    def __missing__(self, act: str) -> _SlotTokens:
-        by_slot = self[act] = _SlotTokens(act, self.n)
-        return by_slot
-
-
-_TOKENS = _TokenCache()  # bound values and intents only: a few hundred keys
-_SHAPES = _ShapeCache()  # a few hundred keys too, where keys with the values' words would be tens of thousands
-_NO_VALUE = _ActTokens(0)  # the most common shapes first: acts without values...
-_ONE_VALUE = _ActTokens(1)  # ...and with one literal value
+# (act, slot, *values) -> token; bound values and intents only: a few hundred keys
+_TOKENS = _Memo(lambda key: act_token(key[0], key[1], key[2:])[0])
+# a few hundred keys too, where keys with the values' words would be tens of thousands
+_SHAPES = _Memo(_shape_token)
+_NO_VALUE = _tokens_by_act_then_slot(0)  # the most common shapes first: acts without values...
+_ONE_VALUE = _tokens_by_act_then_slot(1)  # ...and with one literal value
 
 
 def _token(a: Any) -> str:
@@ -464,20 +448,12 @@ _FOLLOW_UP = re.compile(
 
 def _standalone(tpls: list[tuple]) -> list[tuple]:
     """The bound templates that open a dialogue well (all of them when none does)."""
-    kept = [t for t in tpls if not _follows_up(" _ ".join([t[0], *(step[3] for step in t[1])]).strip())]
+    kept = [t for t in tpls if not _FOLLOWS_UP[" _ ".join([t[0], *(step[3] for step in t[1])]).strip()]]
     return kept or tpls
 
 
-_FOLLOWS_UP: dict[str, bool] = {}  # wording -> whether it leans on an earlier turn (the search is costly)
-
-
-def _follows_up(text: str) -> bool:
-    got = _FOLLOWS_UP.get(text)
-    if got is None:
-        if len(_FOLLOWS_UP) > 100_000:
-            _FOLLOWS_UP.clear()
-        got = _FOLLOWS_UP[text] = _FOLLOW_UP.search(text) is not None
-    return got
+# wording -> whether it leans on an earlier turn (the search is costly)
+_FOLLOWS_UP = _Memo(lambda text: _FOLLOW_UP.search(text) is not None)
 
 
 def _every(tpls: list[Template]) -> list[Template]:
