@@ -13,7 +13,7 @@ from typing import Any, Callable
 
 import msgspec
 
-from .events import EVENT_TYPES, AnyEvent, Event, OpaqueEvent
+from .events import EVENT_TAGS, EVENT_TYPES, AnyEvent, Event, OpaqueEvent
 
 Upcaster = Callable[[dict[str, Any]], dict[str, Any]]
 
@@ -29,7 +29,6 @@ _encoder = msgspec.json.Encoder()
 _decoder = msgspec.json.Decoder(AnyEvent)
 _dict_decoder = msgspec.json.Decoder(dict[str, Any])
 _ENVELOPE = ("type", "run", "ep", "seq", "t", "wall", "v")
-_TAG = {cls: tag for tag, cls in EVENT_TYPES.items()}  # a dict lookup costs less than __struct_config__.tag
 
 
 class CorruptEvent(ValueError):
@@ -61,7 +60,7 @@ def decode(line: bytes | str) -> Event | OpaqueEvent:
     """One JSON line as an event: typed when known (upcast if old), opaque when its type is unknown."""
     try:
         event = _decoder.decode(line)
-        if event.v == CURRENT_VERSION[_TAG[type(event)]]:
+        if event.v == CURRENT_VERSION[EVENT_TAGS[type(event)]]:
             return event
     except (msgspec.ValidationError, msgspec.DecodeError):
         pass
@@ -80,7 +79,7 @@ def decode_lines(data: bytes | memoryview) -> list[Event] | None:
         events = _decoder.decode_lines(data)
     except (msgspec.ValidationError, msgspec.DecodeError):
         return None
-    current, tag = CURRENT_VERSION, _TAG
+    current, tag = CURRENT_VERSION, EVENT_TAGS
     for event in events:
         if event.v != current[tag[type(event)]]:
             return None

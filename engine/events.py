@@ -197,6 +197,7 @@ AnyEvent = Union[
 ]
 
 EVENT_TYPES: dict[str, type[Event]] = {cls.__struct_config__.tag: cls for cls in AnyEvent.__args__}
+EVENT_TAGS: dict[type[Event], str] = {cls: tag for tag, cls in EVENT_TYPES.items()}  # the inverse, for lookups
 
 
 class OpaqueEvent(msgspec.Struct, kw_only=True):
@@ -216,4 +217,4 @@ def event_type(event: Event | OpaqueEvent) -> str:
     """The tag of an event ("user_turn", ...), also for opaque events."""
     if isinstance(event, OpaqueEvent):
         return event.type
-    return event.__struct_config__.tag
+    return EVENT_TAGS[type(event)]
