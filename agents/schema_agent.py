@@ -19,6 +19,7 @@ from typing import Any
 
 from ..engine.events import Act, DialogueState, Frame, SlotSpan
 from ..scenarios.base import EpisodeContext
+from ..scenarios.sgd.values import ANY_VALUES
 from .base import AgentReply, Observation, ToolCall
 from .nlu import ValueMatcher
 
@@ -378,7 +379,7 @@ class SchemaAgent:
     def _confirm(self, name: str, t: _Track, svc: _Service) -> AgentReply:
         acts = [("CONFIRM", s, v) for s, v in self._params(t, svc, t.intent).items()]
         for s, default in svc.optional[t.intent].items():
-            if s not in t.canon and default not in ("dontcare", ""):
+            if s not in t.canon and default not in ANY_VALUES:
                 acts.append(("CONFIRM", s, default))
         t.changed = False
         reply = self._say(name, acts, end=False)

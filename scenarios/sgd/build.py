@@ -22,7 +22,7 @@ from .mine import Miner, check_dialogue, iter_dialogues
 from .pack import FORMAT, MANIFEST, VERSION, is_pack_dir
 from .schema import ServiceSchema, load_schemas
 from .pairs import order_dates, slot_pairs
-from .values import _kind, generate, value_kind
+from .values import ANY_VALUES, _kind, generate, value_kind
 
 GENERATED_ROWS = 40
 POOL_SIZE = 16
@@ -188,7 +188,7 @@ def _entities(miner: Miner, services: dict[str, ServiceSchema]) -> tuple[dict[st
                 for _ in range(GENERATED_ROWS):
                     # most rows keep an optional slot's default, so that a search leaving it out finds some
                     row = tuple(intent.optional_slots[c] if c in intent.optional_slots and rng.random() < 0.6
-                                and intent.optional_slots[c] not in ("", "dontcare") and c not in echo
+                                and intent.optional_slots[c] not in ANY_VALUES and c not in echo
                                 else generate(svc.slots[c], rng, mined_values, svc.domain) for c in cols)
                     row = _sensible(svc, cols, row, rng, mined_values)
                     if row not in seen:

@@ -29,10 +29,8 @@ from typing import Any
 from .pack import Pack
 from .schema import IntentSchema, ServiceSchema
 from .pairs import is_date, order_dates, slot_pairs
-from .values import _kind, value_kind
+from .values import ANY_VALUES, _kind, value_kind
 from .world import _tables_of
-
-_ANY = ("dontcare", "")
 
 
 def _memo(pack: Pack) -> dict[Any, Any]:
@@ -95,7 +93,7 @@ class _ServiceFacts:
     def pool(self, slot: str) -> list[str]:
         pool = self.pools.get(slot)
         if pool is None:
-            pool = self.pools[slot] = [v for v in self.pack.value_pool(self.name, slot) if v not in _ANY]
+            pool = self.pools[slot] = [v for v in self.pack.value_pool(self.name, slot) if v not in ANY_VALUES]
         return pool
 
 
@@ -287,7 +285,7 @@ def _search_subgoal(sf: _ServiceFacts, it: _IntentFacts, rng: random.Random,
     table, rows, echo, required, optional_items = it.table, it.rows, it.echo, it.required, it.optional_items
     entity = (rows[rng.choice(ahead)] if ahead else rng.choice(rows)) if rows else {}
     # values said earlier to this service stay in the dialogue state and filter this search too
-    inherited = {s: v for s, v in state.items() if s not in link and v not in _ANY and table is not None
+    inherited = {s: v for s, v in state.items() if s not in link and v not in ANY_VALUES and table is not None
                  and s in table.columns and s not in echo and (s in intent.optional_slots or s in intent.required_slots)
                  } if state else {}
     if table is not None and (link or inherited):
@@ -330,7 +328,7 @@ def _search_subgoal(sf: _ServiceFacts, it: _IntentFacts, rng: random.Random,
         v = entity.get(slot) if slot not in echo else _value(sf, slot, rng)
         if not v:
             continue
-        if slot not in echo and default not in _ANY and v != default:
+        if slot not in echo and default not in ANY_VALUES and v != default:
             constraints[slot] = v  # the default would exclude the entity, so the user must say it
         elif rng.random() < 0.3:
             constraints[slot] = v
@@ -342,7 +340,7 @@ def _search_subgoal(sf: _ServiceFacts, it: _IntentFacts, rng: random.Random,
         cands = [s for s in sorted(constraints) if s not in echo and s in table.columns]
         rng.shuffle(cands)
         for slot in cands:
-            alts = [v for v in pack.value_pool(svc.name, slot) if v not in _ANY and v != constraints[slot]]
+            alts = [v for v in pack.value_pool(svc.name, slot) if v not in ANY_VALUES and v != constraints[slot]]
             rng.shuffle(alts)
             for alt in alts[:12]:
                 # nothing may match whether or not the user is asked for their optional values
@@ -365,7 +363,7 @@ def _search_subgoal(sf: _ServiceFacts, it: _IntentFacts, rng: random.Random,
         # after an earlier search of this service the state may hold what the user took from an offer
         # (the one-way flight's airline): a round trip that finds nothing then drops such a filter first
         loose = [[s, entity[s] if svc.is_categorical(s) else "dontcare"] for s, d in sorted(intent.optional_slots.items())
-                 if d in _ANY and s in table.columns and s not in echo and s not in constraints and s not in optional
+                 if d in ANY_VALUES and s in table.columns and s not in echo and s not in constraints and s not in optional
                  and s not in link and (entity.get(s) or not svc.is_categorical(s))]
         relax[:0] = loose
     taken = {*constraints, *optional, *link}
@@ -448,7 +446,7 @@ def _pairs_ok(sf: _ServiceFacts, values: dict[str, str]) -> bool:
     places, dates = sf.places, sf.dates
     for a, b in places:
         va, vb = values.get(a), values.get(b)
-        if va and vb and va not in _ANY and va.lower() == vb.lower():
+        if va and vb and va not in ANY_VALUES and va.lower() == vb.lower():
             return False
     for a, b in dates:
         va, vb = values.get(a), values.get(b)
@@ -480,7 +478,7 @@ def _fix_pairs(sf: _ServiceFacts, it: _IntentFacts, sg: dict[str, Any], known: d
         changed: dict[str, str] = {}
         for a, b in places:
             va, vb = values.get(a), values.get(b)
-            if va and vb and va.lower() == vb.lower() and va not in _ANY:
+            if va and vb and va.lower() == vb.lower() and va not in ANY_VALUES:
                 for slot, other in ((b, va), (a, vb)):
                     alt = _value(sf, slot, rng, avoid=other, fold=True) if movable(slot) else None
                     if alt:
@@ -499,7 +497,7 @@ def _fix_pairs(sf: _ServiceFacts, it: _IntentFacts, sg: dict[str, Any], known: d
     for entry in sg["relax"]:
         slot = entry[0]
         eff[slot] = entry[1]
-        if entry[1] not in _ANY:
+        if entry[1] not in ANY_VALUES:
             # a relaxation that would break a pair changes the relaxed value, never what was stated
             settle(eff, lambda s, slot=slot: s == slot)
             entry[1] = eff[slot]

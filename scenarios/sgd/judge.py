@@ -13,8 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..base import Call, Claim
-
-_ANY = ("dontcare", "")
+from .values import ANY_VALUES
 
 
 _UNSET = object()
@@ -46,12 +45,12 @@ def _mismatch(wanted: dict[str, str], values: dict[str, Any],
     """The first (slot, value found, value wanted) where ``values`` (over ``fallback`` for the slots it lacks)
     disagree with the user's, else None."""
     for slot, want in wanted.items():
-        if want in _ANY:
+        if want in ANY_VALUES:
             continue
         got = values.get(slot, _UNSET)
         if got is _UNSET:
             got = fallback.get(slot) if fallback is not None else None
-        if got.__class__ is not str or got in _ANY or (got != want and got.lower() != want.lower()):
+        if got.__class__ is not str or got in ANY_VALUES or (got != want and got.lower() != want.lower()):
             return slot, got, want  # type: ignore[return-value]
     return None
 

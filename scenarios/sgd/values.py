@@ -15,6 +15,8 @@ import re
 
 from .schema import SlotSchema
 
+ANY_VALUES = ("dontcare", "")  # SGD's values that stand for any value
+
 _STREETS = ["Main Street", "Oak Avenue", "Park Road", "Market Street", "El Camino Real", "Broadway",
             "Mission Street", "Castro Street", "University Avenue", "Lincoln Way"]
 _WORDS = ["Blue", "Golden", "Silver", "Royal", "Green", "Sunset", "Harbor", "Maple", "Cedar", "Lakeside",
@@ -95,7 +97,7 @@ def value_kind(slot: SlotSchema, values: list[str]) -> str:
     """The kind of a slot by name and description, corrected by values seen for it: a "location" whose
     values are stations or venues is a place, one whose values are street addresses an address."""
     kind = _kind(slot)
-    values = [v for v in values if v not in ("dontcare", "")]
+    values = [v for v in values if v not in ANY_VALUES]
     if kind == "city" and values:
         if sum(v[:1].isdigit() for v in values) > len(values) / 2:
             return "address"

@@ -16,9 +16,8 @@ import random
 from typing import Any
 
 from .pack import Pack
-from .values import _kind
+from .values import ANY_VALUES, _kind
 
-_ANY = ("dontcare", "")
 
 
 def _is_name(slot: str) -> bool:
@@ -57,7 +56,7 @@ class _Table:
         hits = None
         columns, index = self.filters, self.index
         for k, v in filters.items():
-            if k not in columns or v in _ANY:
+            if k not in columns or v in ANY_VALUES:
                 continue
             hit = index[k].get(v.lower())
             if hit is None:
@@ -162,7 +161,7 @@ class SgdWorld:
         named = False
         for table in self._by_service.get(service, ()):
             filters = table.filters
-            keys = {k: v for k, v in params.items() if k in filters and v not in _ANY}
+            keys = {k: v for k, v in params.items() if k in filters and v not in ANY_VALUES}
             if not keys:
                 continue
             named = named or not table.name_columns.isdisjoint(keys)
