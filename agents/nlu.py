@@ -15,7 +15,6 @@ from __future__ import annotations
 import heapq
 import math
 import re
-import weakref
 from typing import Any
 
 from ..engine.events import Act, SlotSpan
@@ -171,12 +170,9 @@ class _Bank:
         return acc[k] / (norm[k] * math.sqrt(qnorm)), tokens, docs[k][2], docs[k][3], docs[k][4]
 
 
-_BANKS: "weakref.WeakKeyDictionary[Any, dict[str, tuple[_Bank, _Bank]]]" = weakref.WeakKeyDictionary()
-
-
 def _banks(pack: Any, name: str) -> tuple[_Bank, _Bank]:
     """The service's template bank and the bank of its templates that name an intent (built once per pack)."""
-    per_pack = _BANKS.setdefault(pack, {})
+    per_pack = pack.derived("nlu")
     got = per_pack.get(name)
     if got is not None:
         return got

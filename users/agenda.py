@@ -791,10 +791,7 @@ class AgendaUser:
 def _services_of(pack: Any) -> dict[str, _Service]:
     """The pack's services as the user needs them, shared by every run over the pack: schemas and entity
     tables do not change, so the indexes built on demand (``rows_with``) are built once."""
-    services = getattr(pack, "_agenda_services", None)
-    if services is None:
-        services = pack._agenda_services = {}
-    return services
+    return pack.derived("agenda")
 
 
 _OPTIONS = {"patience": int, "verbosity": float, "alts_rate": float, "max_alts": int, "request_first": float}

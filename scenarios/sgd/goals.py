@@ -35,11 +35,7 @@ from .world import _tables_of
 
 def _memo(pack: Pack) -> dict[Any, Any]:
     """Per-pack cache of everything a draw derives from the pack alone (weights, links, pools)."""
-    try:
-        return pack._goal_memo  # type: ignore[attr-defined]
-    except AttributeError:
-        memo = pack.__dict__["_goal_memo"] = {}
-        return memo
+    return pack.derived("goals")
 
 
 class _IntentFacts:

@@ -58,8 +58,16 @@ class Pack:
         self._global = {c: _weighted(vs) for c, vs in values.get("global", {}).items()}
         self._pools: dict[str, dict[str, list[str]]] = values.get("pools", {})
         self._reverse: dict[str, dict[str, dict[str, str]]] = {}
+        self._derived: dict[str, dict[Any, Any]] = {}  # derived(): owner -> its cache
         self.realizer = Realizer({sp: templates.get(sp, {}) for sp in ("USER", "SYSTEM")},
                                  templates.get("generic", {}), self._svc, templates.get("slot", {}))
+
+    def derived(self, owner: str) -> dict[Any, Any]:
+        """``owner``'s cache of facts derived from this pack alone (a loaded pack never changes), made on first use."""
+        cache = self._derived.get(owner)
+        if cache is None:
+            cache = self._derived[owner] = {}
+        return cache
 
     def service(self, name: str) -> ServiceSchema:
         """The typed schema of a service; UserError for an unknown one."""
