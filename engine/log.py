@@ -36,7 +36,8 @@ Durability = Literal["none", "batch", "episode"]
 DURABILITY_CHOICES = ("none", "batch", "episode")
 
 _log = get_logger("log")
-_encode_into = msgspec.json.Encoder().encode_into
+_encoder = msgspec.json.Encoder()
+_encode_into, _encode_lines = _encoder.encode_into, _encoder.encode_lines
 _FLUSH_BYTES = 1 << 20
 _FSYNC_INTERVAL_S = 0.05  # group commit: episode ends within this window share one fsync
 
@@ -226,6 +227,13 @@ class LogWriter:
         self._queued += 1
         if end >= _FLUSH_BYTES:  # the size before this event: one len() less, the buffer ends one event later
             self.flush()
+
+    def append_many(self, events: list[Event]) -> None:
+        """Queue events, encoded together; all or none: if one cannot be encoded, none is queued."""
+        if len(self._buffer) >= _FLUSH_BYTES:  # first, so that an error writing leaves these unqueued too
+            self.flush()
+        self._buffer += _encode_lines(events)
+        self._queued += len(events)
 
     def episode_done(self) -> None:
         """An episode ended: with ``episode`` durability, commit if the group-commit window has passed."""

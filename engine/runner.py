@@ -51,6 +51,9 @@ class Sink:
 
     def append(self, event: Event) -> None: ...
 
+    def append_many(self, events: list[Event]) -> None:
+        """Append events in order, all or none: an error (an event that cannot be encoded) appends none."""
+
     def episode_done(self) -> None: ...
 
     def commit(self) -> None:
@@ -77,13 +80,43 @@ def episode_id(index: int) -> str:
 
 
 class _Recorder:
-    """Stamps one episode's events with the envelope, checks them against the tape, and sinks them."""
+    """Stamps one episode's events with the envelope, checks them against the tape, and sinks them.
 
-    __slots__ = ("run", "ep", "env", "sink", "tape", "seq", "t")
+    The episode loop's turn events wait in ``pending`` and reach the sink together (one call instead of
+    one per event) when the loop hands over to the slow paths (``take``): before anything else is recorded
+    and before the episode waits on anything, so the log keeps simpy's order of events.
+    """
+
+    __slots__ = ("run", "ep", "env", "sink", "tape", "seq", "t", "pending")
 
     def __init__(self, run: str, ep: str, env: simpy.Environment, sink: Sink, tape: list[Event]) -> None:
         self.run, self.ep, self.env, self.sink, self.tape, self.seq = run, ep, env, sink, tape, 0
         self.t = env.now
+        self.pending: list[Event] = []  # the same list throughout: the episode loop appends to it
+
+    def take(self, seq: int, t: float) -> None:
+        """Take over from the episode loop: its seq and t, and its pending events, which are sunk now."""
+        self.seq, self.t = seq, t
+        if self.pending:
+            self.flush()
+
+    def flush(self) -> None:
+        """Sink the pending events; if the sink refuses one (it cannot be encoded), the events before it are
+        kept, it and those after it dropped, seq and t go back to it, and _Unlogged says why."""
+        pending = self.pending
+        try:
+            self.sink.append_many(pending)
+        except Exception as exc:
+            events = pending[:]
+            pending.clear()
+            for event in events:  # one by one, to find it
+                try:
+                    self.sink.append(event)
+                except Exception as cause:
+                    self.seq, self.t = event.seq, event.t
+                    raise _Unlogged(cause, event) from None
+            raise exc
+        pending.clear()
 
     def sync(self) -> Generator[Any, Any, None]:
         """Bring simpy's clock up to this episode's clock before touching anything shared."""
@@ -117,6 +150,7 @@ class _Recorder:
                                  f"re-run gave {type(event).__name__}")
             event = logged
         else:
+            assert not self.pending, "the episode loop hands its events over before anything else is recorded"
             self.sink.append(event)
         self.seq += 1
         return event
@@ -208,11 +242,28 @@ class Batch:
         seed = episode_seed(settings.seed, scenario.id, trial)
         run_id, ep, sink = self.run_id, episode_id(job.index), self.sink
         rec = _Recorder(run_id, ep, env, sink, job.tape)
-        user_rng, agent_rng, world_rng, timing = episode_streams(seed)
-        tools = self.scenarios.tools(scenario)
         rec.record(EpisodeStarted(run=run_id, ep=ep, seq=rec.seq, t=rec.t, wall=_now_ns(), scenario_id=scenario.id,
                                   trial=trial, seed=seed, user=self.user_spec, agent=self.agent_spec,
                                   scenario={"id": scenario.id, "kind": scenario.kind, "data": scenario.data}))
+        # The dialogue is a generator of its own so that its user, agent, world, streams and history are
+        # freed when it returns: an episode waiting for the clock to reach its end holds next to nothing,
+        # and the next episode reuses memory that is still in the cache.
+        (kind, reason, reward), turns = yield from self._dialogue(rec, scenario, seed)
+        if rec.t > env.now:  # rec.sync(), without a generator of its own
+            yield env.timeout(rec.t - env.now)
+        ended = rec.record(EpisodeEnded(run=run_id, ep=ep, seq=rec.seq, t=rec.t, wall=_now_ns(), outcome=kind,
+                                        reason=reason, turns=turns, reward=reward))
+        sink.episode_done()
+        if self.on_episode_end is not None:
+            self.on_episode_end(ended)
+
+    def _dialogue(self, rec: _Recorder, scenario: Scenario,
+                  seed: int) -> Generator[Any, Any, tuple[tuple[str, str, dict[str, Any]], int]]:
+        """The episode between its start and end events: its outcome and the number of turns taken."""
+        env, settings = self.env, self.settings
+        run_id, ep = rec.run, rec.ep
+        user_rng, agent_rng, world_rng, timing = episode_streams(seed)
+        tools = self.scenarios.tools(scenario)
         outcome: tuple[str, str, dict[str, Any]] | None = None
         turn = 0
         user = None
@@ -229,10 +280,10 @@ class Batch:
             think, latency_model, max_turns = settings.think.sample, settings.latency.sample, settings.max_turns
             user_respond, agent_respond = user.respond, agent.respond
             replay_agent = not getattr(agent, "deterministic", True)  # the protocol default
-            sink_append, tape_len = sink.append, len(rec.tape)
+            pend, tape_len = rec.pending.append, len(rec.tape)
             start_call = self.driver.start
             # The hot path: seq and t live in locals and go back to rec (the slow paths' state) around
-            # every slow-path call and when the loop ends; turn events are built and sunk in place.
+            # every slow-path call and when the loop ends (rec.take, which also sinks the turns built here).
             spoken: AgentTurn | None = None  # what the user answers: nothing, to open the episode
             while True:
                 try:
@@ -240,7 +291,7 @@ class Batch:
                 except Exception as exc:
                     reply = _Raised(exc)
                 if reply is not None and type(reply) is not UserReply:
-                    rec.seq, rec.t = seq, t
+                    rec.take(seq, t)
                     reply = yield from self._user_step(rec, user, reply)
                     seq, t = rec.seq, rec.t
                 if reply is None:
@@ -254,7 +305,7 @@ class Batch:
                     rec.seq, rec.t = seq, t
                     said = rec.record(said)
                 else:
-                    sink_append(said)
+                    pend(said)
                 seq += 1
                 remember(said)
                 turn += 1
@@ -273,6 +324,11 @@ class Batch:
                 if type(first) is not AgentReply and hasattr(first, "__await__"):
                     # A live call, started and taken as _call does but without its generators; whatever the
                     # answer is (tool calls, faults, an error) goes on to the slow path already resolved.
+                    try:
+                        rec.take(seq, t)
+                    except _Unlogged:
+                        _abandon(first)
+                        raise
                     if t > env.now:
                         yield env.timeout(t - env.now)
                     future, wake = start_call(first, due)
@@ -285,7 +341,7 @@ class Batch:
                 if type(first) is AgentReply and not first.tool_calls and not first.faults:
                     answer = first
                 else:
-                    rec.seq, rec.t = seq, t
+                    rec.take(seq, t)
                     answer = yield from self._agent_turn(rec, agent, world, obs, history, first, due)
                     seq, t, tape_len = rec.seq, rec.t, len(rec.tape)
                 if answer.latency is not None:  # a live agent's measured latency, when it reports one
@@ -299,7 +355,7 @@ class Batch:
                     rec.seq, rec.t = seq, t
                     spoken = rec.record(spoken)
                 else:
-                    sink_append(spoken)
+                    pend(spoken)
                 seq += 1
                 remember(spoken)
                 turn += 1
@@ -309,7 +365,7 @@ class Batch:
                 if turn >= max_turns:
                     outcome = ("max_turns", f"reached the limit of {max_turns} turns", {})
                     break
-            rec.seq, rec.t = seq, t
+            rec.take(seq, t)
         except _EpisodeError as exc:
             outcome = ("error", exc.reason, {})
         except Divergence as exc:
@@ -318,17 +374,17 @@ class Batch:
             rec.emit(Fault, who="engine", kind="divergence", detail=str(exc))
             outcome = ("error", f"resume diverged from the log: {exc}", {})
         except Exception as exc:  # a bug in a user, agent or world must not sink the batch
-            rec.catch_up(seq, t)
+            if type(exc) is not _Unlogged:
+                rec.catch_up(seq, t)
+                try:
+                    rec.flush()  # the turns before the error
+                except _Unlogged as unlogged:  # one of them the log cannot take: that came first
+                    exc = unlogged
+            if type(exc) is _Unlogged:  # the episode ends where that turn would be: rec went back to it
+                exc, turn = exc.cause, exc.event.turn
             rec.emit(Fault, who="engine", kind="exception", detail=_describe(exc))
             outcome = ("error", f"engine error: {_describe(exc)}", {})
-        kind, reason, reward = outcome
-        if rec.t > env.now:  # rec.sync(), without a generator of its own
-            yield env.timeout(rec.t - env.now)
-        ended = rec.record(EpisodeEnded(run=run_id, ep=ep, seq=rec.seq, t=rec.t, wall=_now_ns(), outcome=kind,
-                                        reason=reason, turns=turn, reward=reward))
-        sink.episode_done()
-        if self.on_episode_end is not None:
-            self.on_episode_end(ended)
+        return outcome, turn
 
     def _judge(self, scenario: Scenario, history: list[Event]) -> Callable[[list], str | None] | None:
         """The scenario set's judge of a user's claims against this episode's completed calls, if it has one."""
@@ -408,10 +464,25 @@ class _Raised:
 _MISSING = object()
 
 
+def _abandon(call: Any) -> None:
+    """Drop a live call that will not be waited for: cancel a future, close a coroutine."""
+    stop = getattr(call, "cancel", None) or getattr(call, "close", None)
+    if stop is not None:
+        stop()
+
+
 def _unwrap(result: Any) -> Any:
     if type(result) is _Raised:
         raise result.exc
     return result
+
+
+class _Unlogged(Exception):
+    """A turn event the sink refused (it cannot be encoded): the episode ends with a fault in its place."""
+
+    def __init__(self, cause: Exception, event: UserTurn | AgentTurn) -> None:
+        super().__init__(str(cause))
+        self.cause, self.event = cause, event
 
 
 class _EpisodeError(Exception):

@@ -42,6 +42,10 @@ class MemoryLog(list):
         for tap in _taps:
             tap.append(event)
 
+    def append_many(self, events: list[Event]) -> None:
+        for event in events:
+            self.append(event)
+
     def episode_done(self) -> None:
         pass
 
