@@ -195,6 +195,7 @@ class Batch:
         self.user_spec = user_spec
         self.agent_spec = agent_spec
         self.on_episode_end = on_episode_end
+        self.timed = settings.think.draws or settings.latency.draws  # the episodes need a timing stream
         self.env = simpy.Environment(initial_time=0.0)  # a float clock: t is always encoded as a float
         self.driver = Driver(self.env, before_wait=getattr(sink, "commit", None))
 
@@ -262,7 +263,7 @@ class Batch:
         """The episode between its start and end events: its outcome and the number of turns taken."""
         env, settings = self.env, self.settings
         run_id, ep = rec.run, rec.ep
-        user_rng, agent_rng, world_rng, timing = episode_streams(seed)
+        user_rng, agent_rng, world_rng, timing = episode_streams(seed, self.timed)
         tools = self.scenarios.tools(scenario)
         outcome: tuple[str, str, dict[str, Any]] | None = None
         turn = 0

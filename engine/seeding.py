@@ -42,10 +42,24 @@ def stream(seed: int, name: str) -> random.Random:
     return LazyRandom(seed ^ key)
 
 
-def episode_streams(seed: int) -> tuple[random.Random, random.Random, random.Random, random.Random]:
-    """An episode's four streams, in the order of ``STREAMS``: the same as ``stream(seed, name)`` for each."""
+def episode_streams(seed: int, timed: bool) -> tuple[random.Random, random.Random, random.Random, random.Random | None]:
+    """An episode's four streams, in the order of ``STREAMS``: the same as ``stream(seed, name)`` for each.
+
+    The user's, agent's and world's seed themselves when first drawn from (scripted parts never draw).
+    The timing stream, drawn from on every turn when the engine's delays are random (``timed``), is
+    seeded now, by the C initializer alone; None when the delays are fixed and never draw.
+    """
     user, agent, world, timing = _EPISODE_KEYS
-    return LazyRandom(seed ^ user), LazyRandom(seed ^ agent), LazyRandom(seed ^ world), LazyRandom(seed ^ timing)
+    return (LazyRandom(seed ^ user), LazyRandom(seed ^ agent), LazyRandom(seed ^ world),
+            Stream(seed ^ timing) if timed else None)
+
+
+class Stream(random.Random):
+    """``Stream(n)`` draws exactly as ``random.Random(n)``, seeded without the Python-level ``__init__``
+    and ``seed`` in between (they cost a fifth as much again as the seeding itself)."""
+
+    __init__ = _random.Random.__init__  # type: ignore[assignment]  # seeds from an int as Random.seed does
+    gauss_next = None  # random.Random.gauss's cache, which its __init__ would have set
 
 
 class LazyRandom(random.Random):

@@ -28,6 +28,11 @@ class Delay:
         elif self.kind == "fixed":
             object.__setattr__(self, "sample", lambda rng: a)
 
+    @property
+    def draws(self) -> bool:
+        """Whether ``sample`` draws from its random stream (a fixed delay does not)."""
+        return self.kind != "fixed"
+
     def sample(self, rng: random.Random) -> float:
         """One delay (>= 0)."""
         if self.kind == "uniform":

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from dialogsim.engine.seeding import LazyRandom, episode_seed, stable_hash, stream
+from dialogsim.engine.seeding import LazyRandom, Stream, episode_seed, stable_hash, stream
 
 
 def test_stable_hash_is_the_same_in_another_process():
@@ -35,9 +35,11 @@ def test_episode_seeds_differ_by_every_input():
     lambda r: [r.getrandbits(70), r.choice("xyz"), r.random()],
     lambda r: r.getstate(),
 ])
-def test_lazy_random_draws_exactly_like_random(draw):
-    """A LazyRandom gives the very sequence random.Random(seed) gives, whatever is drawn first."""
-    assert draw(LazyRandom(123456789)) == draw(random.Random(123456789))
+@pytest.mark.parametrize("kind", [LazyRandom, Stream])
+def test_streams_draw_exactly_like_random(draw, kind):
+    """A LazyRandom or a Stream gives the very sequence random.Random(seed) gives, whatever is drawn first."""
+    for seed in (0, 123456789, 2**63 - 1):
+        assert draw(kind(seed)) == draw(random.Random(seed))
 
 
 def test_streams_are_independent_and_reproducible():
