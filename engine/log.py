@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Container, Iterable, Iterator, Sequence
+from collections.abc import Container, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from itertools import chain
 from pathlib import Path
@@ -36,7 +36,8 @@ Durability = Literal["none", "batch", "episode"]
 DURABILITY_CHOICES = ("none", "batch", "episode")
 
 _log = get_logger("log")
-_encode_lines = msgspec.json.Encoder().encode_lines
+_encoder = msgspec.json.Encoder()
+_encode_into, _encode_lines = _encoder.encode_into, _encoder.encode_lines
 _FLUSH_BYTES = 1 << 20
 _FSYNC_INTERVAL_S = 0.05  # group commit: episode ends within this window share one fsync
 
@@ -204,28 +205,34 @@ class LogWriter:
         self.shard = shard
         self.durability = durability
         self._file = open(shard, "ab", buffering=0)
-        self._parts: list[bytes] = []  # encoded lines waiting for the next write, joined by it
-        self._size = 0  # their length in bytes
+        self._buffer = bytearray()
         self._last_commit = 0.0
         self._dirty = False
         self._ended_since_commit = False
         self._syncer: ThreadPoolExecutor | None = None
         self._pending: Future[None] | None = None
         self.events_written = 0
-        self._queued = 0  # events in _parts (counting them here costs less than scanning for newlines)
+        self._queued = 0  # events in the buffer (counting them here costs less than scanning it for newlines)
 
     def append(self, event: Event) -> None:
         """Queue one event; it reaches the file at the next flush."""
-        self.append_many((event,))
-
-    def append_many(self, events: Sequence[Event]) -> None:
-        """Queue events, one line each; all or none: if one cannot be encoded, none is queued."""
-        if self._size >= _FLUSH_BYTES:  # first, so that an error writing leaves these unqueued too
+        buffer = self._buffer
+        end = len(buffer)
+        try:
+            _encode_into(event, buffer, -1)
+        except Exception:
+            del buffer[end:]  # msgspec leaves a partial object behind: a corrupt line if kept
+            raise
+        buffer.append(10)  # b"\n"; JSON escapes newlines inside strings, so a line is one event
+        self._queued += 1
+        if end >= _FLUSH_BYTES:  # the size before this event: one len() less, the buffer ends one event later
             self.flush()
-        # One bytes object per call, joined at the write: no buffer that grows (and is copied) as it fills.
-        lines = _encode_lines(events)
-        self._parts.append(lines)
-        self._size += len(lines)
+
+    def append_many(self, events: list[Event]) -> None:
+        """Queue events, encoded together; all or none: if one cannot be encoded, none is queued."""
+        if len(self._buffer) >= _FLUSH_BYTES:  # first, so that an error writing leaves these unqueued too
+            self.flush()
+        self._buffer += _encode_lines(events)
         self._queued += len(events)
 
     def episode_done(self) -> None:
@@ -247,12 +254,11 @@ class LogWriter:
 
     def flush(self) -> None:
         """Hand buffered events to the OS."""
-        if self._parts:
-            self._file.write(b"".join(self._parts))
+        if self._buffer:
             self.events_written += self._queued
             self._queued = 0
-            self._parts.clear()
-            self._size = 0
+            self._file.write(self._buffer)
+            self._buffer.clear()
             self._dirty = True
 
     def _commit(self) -> None:
