@@ -375,13 +375,13 @@ class Batch:
             rec.emit(Fault, who="engine", kind="divergence", detail=str(exc))
             outcome = ("error", f"resume diverged from the log: {exc}", {})
         except Exception as exc:  # a bug in a user, agent or world must not sink the batch
-            if type(exc) is not _Unlogged:
+            if type(exc) is not _Unlogged:  # first the turns built before the error
                 rec.catch_up(seq, t)
                 try:
-                    rec.flush()  # the turns before the error
-                except _Unlogged as unlogged:  # one of them the log cannot take: that came first
+                    rec.flush()
+                except _Unlogged as unlogged:  # one of them the log cannot take: that failure came first
                     exc = unlogged
-            if type(exc) is _Unlogged:  # the episode ends where that turn would be: rec went back to it
+            if type(exc) is _Unlogged:  # the episode ends in place of that turn (rec went back to it)
                 exc, turn = exc.cause, exc.event.turn
             rec.emit(Fault, who="engine", kind="exception", detail=_describe(exc))
             outcome = ("error", f"engine error: {_describe(exc)}", {})

@@ -55,8 +55,9 @@ def episode_streams(seed: int, timed: bool) -> tuple[random.Random, random.Rando
 
 
 class Stream(random.Random):
-    """``Stream(n)`` draws exactly as ``random.Random(n)``, seeded without the Python-level ``__init__``
-    and ``seed`` in between (they cost a fifth as much again as the seeding itself)."""
+    """``Stream(n)`` draws exactly as ``random.Random(n)``, seeded by the C initializer alone: without the
+    Python-level ``__init__`` and ``seed``, or LazyRandom's first-draw check (together a third as much
+    again as the seeding itself, paid per episode)."""
 
     __init__ = _random.Random.__init__  # type: ignore[assignment]  # seeds from an int as Random.seed does
     gauss_next = None  # random.Random.gauss's cache, which its __init__ would have set

@@ -10,7 +10,8 @@ import pytest
 from dialogsim.agents.base import AgentFailure, AgentReply, FaultReport, ToolCall
 from dialogsim.engine.events import AgentTurn, EpisodeEnded, Fault, ToolCalled, ToolReturned, UserTurn
 from dialogsim.engine.runner import Batch, Job, RunSettings
-from dialogsim.engine.testing import MemoryLog, ScriptedAgent, SleepyAgent, UserReply, capture_events, simulate, strip_wall
+from dialogsim.engine.testing import (MemoryLog, ScriptedAgent, ScriptLine, SleepyAgent, UserReply, capture_events,
+                                      simulate, strip_wall)
 from dialogsim.engine.timing import Arrivals, Delay
 from dialogsim.scenarios.builtin import BuiltinScenarios
 from dialogsim.users.scripted import ScriptedUser
@@ -184,6 +185,41 @@ def test_an_event_that_cannot_be_encoded_becomes_a_fault_with_gapless_seq(tmp_pa
         assert [type(e).__name__ for e in mine[-2:]] == ["Fault", "EpisodeEnded"]
         assert "TypeError" in mine[-2].detail and mine[-1].outcome == "error"
         assert sum(isinstance(e, AgentTurn) for e in mine) == 2
+
+
+class _UnencodableUser(ScriptedUser):
+    """A user whose third line carries a value the log cannot encode (a bug in the user)."""
+
+    def respond(self, agent):
+        reply = super().respond(agent)
+        if self.said == 3:
+            return UserReply(utterance=reply.utterance, reaction={"x": object()})
+        return reply
+
+
+def test_a_turn_that_cannot_be_encoded_ends_the_episode_in_its_place(tmp_path):
+    """Turns are encoded together when the episode loop hands over; one that cannot be, in the middle of
+    them, is logged as a fault with its seq and time, the turns before it kept and none after it."""
+    from dialogsim.engine.log import LogWriter, read_events
+
+    shard = tmp_path / "events" / "shard-000.jsonl"
+    (tmp_path / "manifest.json").write_text('{"format": "dialogsim-run", "shards": ["events/shard-000.jsonl"]}')
+    writer = LogWriter(shard, "episode")
+    user = lambda: _UnencodableUser([UserReply(utterance=f"line {i}") for i in range(6)])
+    batch = Batch(run_id="r", scenarios=BuiltinScenarios(), make_user=user,
+                  make_agent=lambda: ScriptedAgent([ScriptLine(utterance=f"a{i}") for i in range(6)]), sink=writer,
+                  settings=RunSettings(episodes=2, think=THINK, latency=LATENCY))
+    asyncio.run(batch.run([Job(0), Job(1)]))
+    writer.close()
+    events = list(read_events(tmp_path))
+    for ep in ("e000000", "e000001"):
+        mine = [e for e in events if e.ep == ep]
+        assert [type(e).__name__ for e in mine] == ["EpisodeStarted"] + ["UserTurn", "AgentTurn"] * 2 + [
+            "Fault", "EpisodeEnded"]
+        assert [e.seq for e in mine] == list(range(len(mine)))
+        fault, ended = mine[-2:]
+        assert "TypeError" in fault.detail and fault.t > mine[-3].t and ended.t == fault.t
+        assert ended.outcome == "error" and ended.turns == 4
 
 
 class _SlowFor:
