@@ -263,19 +263,17 @@ class HttpPool:
         self._tick = max(0.001, min(settings.read_timeout, settings.total_timeout) / 10)
         self._timeout = aiohttp.ClientTimeout(total=None, sock_connect=settings.connect_timeout, sock_read=None)
 
-    def _ensure(self) -> asyncio.AbstractEventLoop:
-        loop = asyncio.get_running_loop()
-        if self._session is None or self._loop is not loop or self._session.closed:
-            # A session belongs to the loop it was made in; a new loop (a second asyncio.run) gets its own.
-            ssl_ctx: ssl.SSLContext | bool = True if self.settings.verify_tls else False
-            connector = aiohttp.TCPConnector(limit=self.settings.concurrency, limit_per_host=0, ssl=ssl_ctx)
-            self._session = aiohttp.ClientSession(connector=connector, timeout=self._timeout, headers=self._headers,
-                                                  auto_decompress=True, trust_env=False)
-            self._loop = loop
-            self._jobs, self._idle, self._senders, self._looking = deque(), [], [], 0
-            self._watchdog = loop.create_task(self._watch())
-            self._guard = loop.create_task(self._close_at_shutdown(self._session))
-        return loop
+    def _open(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Start a session, senders and watchdog in ``loop``: at the first request, and again in a new loop
+        (a session belongs to the loop it was made in: a second asyncio.run gets its own)."""
+        ssl_ctx: ssl.SSLContext | bool = True if self.settings.verify_tls else False
+        connector = aiohttp.TCPConnector(limit=self.settings.concurrency, limit_per_host=0, ssl=ssl_ctx)
+        self._session = aiohttp.ClientSession(connector=connector, timeout=self._timeout, headers=self._headers,
+                                              auto_decompress=True, trust_env=False)
+        self._loop = loop
+        self._jobs, self._idle, self._senders, self._looking = deque(), [], [], 0
+        self._watchdog = loop.create_task(self._watch())
+        self._guard = loop.create_task(self._close_at_shutdown(self._session))
 
     @property
     def open(self) -> bool:
@@ -340,7 +338,10 @@ class HttpPool:
         with ``AgentFailure`` carrying every fault when the retries are exhausted or a fault is not
         retryable; cancelling it abandons the request.
         """
-        future = Answer(loop=self._ensure())
+        loop = asyncio.get_running_loop()
+        if loop is not self._loop or self._session is None:  # only this pool closes its session, and drops it first
+            self._open(loop)
+        future = Answer(loop=loop)
         self._enqueue(_Job(url, body, headers, rng, decode, finish, future))
         return future
 

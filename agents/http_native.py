@@ -118,21 +118,6 @@ class NativeResponse(msgspec.Struct, kw_only=True):
     action: str | None = None
 
 
-class _WireRequest(msgspec.Struct, kw_only=True):
-    """NativeRequest with the parts fixed for an episode (tools, scenario) encoded once per episode."""
-
-    protocol: str
-    episode_id: str
-    turn_index: int
-    step: int
-    tools: msgspec.Raw
-    messages: list[msgspec.Raw]
-    user: msgspec.Raw
-    tool_results: list[ToolResult]
-    scenario: msgspec.Raw
-    seed: int | None
-
-
 _request_encoder = msgspec.json.Encoder()
 _response_decoder = msgspec.json.Decoder(NativeResponse)
 
@@ -243,8 +228,8 @@ class Transcript:
         """Forget everything seen."""
         self.count = 0  # history events consumed
         self.last: Event | None = None  # the last of them, to notice a history that is not ours
-        self.raw: list[msgspec.Raw] = []
-        self.user_raw: msgspec.Raw | None = None  # the encoding of the last user turn seen, for ``user``
+        self.raw: list[bytes] = []
+        self.user_raw: bytes | None = None  # the encoding of the last user turn seen, for ``user``
         self.user: UserTurn | None = None
         self.calls_since_user = 0
         self.users: set[int] = set()
@@ -252,10 +237,10 @@ class Transcript:
         self.returned: set[str] = set()
 
     def messages(self, history: list[Event], user: UserTurn, tool_results: list[ToolResult],
-                 last_calls: list[ToolCall]) -> tuple[list[msgspec.Raw], int, msgspec.Raw]:
+                 last_calls: list[ToolCall]) -> tuple[list[bytes], int, bytes]:
         """The encoded messages of ``history_messages``, the request's ``step`` and the encoded ``user``.
 
-        The list returned may be this transcript's own: encode it before the next call.
+        The list returned may be this transcript's own: use it before the next call.
         """
         n = self.count
         if len(history) < n or (n and history[n - 1] is not self.last):
@@ -263,23 +248,33 @@ class Transcript:
             n = 0
         encode = _request_encoder.encode
         for event in history[n:]:
-            m = event_message(event)
-            if m is None:
-                continue
-            raw = msgspec.Raw(encode(m))
-            if isinstance(m, UserMessage):
-                self.users.add(m.turn)
+            kind = type(event)
+            if kind is AgentTurn:  # the most frequent kinds first, without event_message's isinstance chain
+                raw = encode(AgentMessage(turn=event.turn, utterance=event.utterance, frames=event.frames,
+                                          state=event.state, end=event.end))
+            elif kind is UserTurn:
+                raw = encode(user_message(event))
+                self.users.add(event.turn)
                 self.calls_since_user = 0
                 self.user, self.user_raw = event, raw
-            elif isinstance(m, ToolCallMessage):
-                self.called.add(m.call_id)
-                self.calls_since_user += 1
-            elif isinstance(m, ToolResultMessage):
-                self.returned.add(m.call_id)
+            else:
+                m = event_message(event)
+                if m is None:
+                    continue
+                raw = encode(m)
+                if isinstance(m, UserMessage):
+                    self.users.add(m.turn)
+                    self.calls_since_user = 0
+                    self.user, self.user_raw = event, raw
+                elif isinstance(m, ToolCallMessage):
+                    self.called.add(m.call_id)
+                    self.calls_since_user += 1
+                elif isinstance(m, ToolResultMessage):
+                    self.returned.add(m.call_id)
             self.raw.append(raw)
         self.count = len(history)
         self.last = history[-1] if history else None
-        user_raw = self.user_raw if user is self.user else msgspec.Raw(encode(user_message(user)))
+        user_raw = self.user_raw if user is self.user else encode(user_message(user))
         if not tool_results and user.turn in self.users:
             return self.raw, self.calls_since_user, user_raw  # the usual case: the history holds it all
         extra = _missing(user, tool_results, last_calls, self.users, self.called, self.returned)
@@ -289,7 +284,7 @@ class Transcript:
                 step = 0
             elif isinstance(m, ToolCallMessage):
                 step += 1
-        return self.raw + [msgspec.Raw(encode(m)) for m in extra], step, user_raw
+        return self.raw + [encode(m) for m in extra], step, user_raw
 
 
 def calls_this_turn(messages: list[Message]) -> int:
@@ -382,9 +377,13 @@ class NativeHttpAgent:
         """Remember the episode's context and encode its fixed parts; nothing is sent until the first turn."""
         self.ctx = ctx
         enc = _request_encoder.encode
-        self._tools = msgspec.Raw(enc(ctx.tools))
-        self._scenario = msgspec.Raw(enc(ScenarioInfo(id=ctx.scenario.id, kind=ctx.scenario.kind,
-                                                      data=ctx.scenario.data)) if self._f.send_scenario else b"null")
+        scenario = enc(ScenarioInfo(id=ctx.scenario.id, kind=ctx.scenario.kind, data=ctx.scenario.data)
+                       ) if self._f.send_scenario else b"null"
+        # A request is NativeRequest's JSON, field by field in its order (a test checks the bytes against
+        # msgspec's encoding): the parts fixed for the episode are encoded here, once.
+        self._head = b'{"protocol":"%s","episode_id":%s,"turn_index":' % (PROTOCOL.encode(), enc(ctx.episode_id))
+        self._tools = b',"tools":%s,"messages":[' % enc(ctx.tools)
+        self._tail = b',"scenario":%s,"seed":%s}' % (scenario, enc(ctx.seed))
 
     def request(self, obs: Observation) -> bytes:
         """The body of the request for ``obs`` (the next step of the current turn)."""
@@ -392,10 +391,9 @@ class NativeHttpAgent:
         if turn_index != self._turn:
             self._turn, self._elapsed = turn_index, 0.0
         messages, step, user = self._transcript.messages(obs.history, obs.user, obs.tool_results, self._last_calls)
-        return _request_encoder.encode(_WireRequest(
-            protocol=PROTOCOL, episode_id=self.ctx.episode_id, turn_index=turn_index,
-            step=step, tools=self._tools, messages=messages, user=user,
-            tool_results=obs.tool_results, scenario=self._scenario, seed=self.ctx.seed))
+        results = _request_encoder.encode(obs.tool_results) if obs.tool_results else b"[]"
+        return b'%s%d,"step":%d%s%s],"user":%s,"tool_results":%s%s' % (
+            self._head, turn_index, step, self._tools, b",".join(messages), user, results, self._tail)
 
     def respond(self, obs: Observation) -> asyncio.Future[AgentReply]:
         """POST the conversation so far: a future of the reply (retrying per the settings).

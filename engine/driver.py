@@ -15,6 +15,7 @@ import asyncio
 from typing import Any, Awaitable, Callable
 
 import simpy
+from simpy.events import Timeout
 
 
 class Interrupted(Exception):
@@ -45,7 +46,9 @@ class Driver:
         future = awaitable if isinstance(awaitable, asyncio.Future) else asyncio.ensure_future(awaitable)
         if hasattr(future, "then"):
             future.then = self._answered
-        timeout = self.env.timeout(max(0.0, due - self.env.now))
+        env = self.env
+        # Timeout(env, ...) is env.timeout(...) without simpy's per-access bound-class wrapper; _now is env.now
+        timeout = Timeout(env, max(0.0, due - env._now))
         self._waiting[timeout] = future
         return future, timeout
 

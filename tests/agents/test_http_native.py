@@ -288,6 +288,35 @@ def test_the_wire_encoding_is_a_valid_native_request():
                                 scenario=ScenarioInfo(id=scenario.id, kind=scenario.kind, data=scenario.data))
 
 
+
+@pytest.mark.parametrize("send_scenario", ["true", "false"])
+def test_the_assembled_body_is_byte_for_byte_msgspecs_encoding(send_scenario):
+    """The body assembled from per-episode parts is exactly msgspec's encoding of the NativeRequest, also
+    mid-turn (a tool step with results), with an id that needs escaping and without a seed or scenario."""
+    from dialogsim.agents.base import Observation, ToolCall
+    from dialogsim.agents.http_native import NativeRequest, ScenarioInfo, history_messages, user_message
+    from dialogsim.engine.events import UserTurn
+    from dialogsim.scenarios.base import EpisodeContext, ToolResult
+    from dialogsim.scenarios.builtin import BuiltinScenarios
+
+    sc = BuiltinScenarios()
+    scenario, _ = sc.draw(1, 0)
+    agent = http_agent_factory("http://127.0.0.1:1", None, {"send_scenario": send_scenario})()
+    agent.start(EpisodeContext(episode_id='e"7\u00e9', scenario=scenario, tools=sc.tools(scenario), rng=None,
+                               seed=None))
+    said = UserTurn(run="r", ep="e7", seq=1, t=0.0, wall=0, turn=0, utterance="Hi \"there\".")
+    calls = [ToolCall(service="Restaurants_1", method="FindRestaurants", parameters={"city": "X"}, call_id="c1")]
+    results = [ToolResult(call_id="c1", results=[{"a": "b"}])]
+    agent._last_calls = calls
+    for tool_results in ([], results):
+        body = agent.request(Observation(user=said, history=[said], tool_results=tool_results, turn_index=1))
+        messages = history_messages([said], said, tool_results, calls if tool_results else [])
+        want = NativeRequest(episode_id='e"7\u00e9', turn_index=1, step=len(tool_results), tools=sc.tools(scenario),
+                             messages=messages, user=user_message(said), tool_results=tool_results, seed=None,
+                             scenario=ScenarioInfo(id=scenario.id, kind=scenario.kind, data=scenario.data)
+                             if send_scenario == "true" else None)
+        assert body == msgspec.json.encode(want)
+
 def test_tls_certificates_are_verified_by_default(tmp_path):
     """A self-signed server: refused at once by default (a fault, outcome error), accepted with verify_tls=false."""
     import shutil
