@@ -88,6 +88,38 @@ class _Sub:
         return self.fulfilled and not self.pending
 
 
+class _Held:
+    """What the user holds about one service: the dialogue state (canonical values, every spoken variant
+    mentioned, the active intent) and its annotation as last made, kept until something changes."""
+
+    __slots__ = ("args", "canon", "variants", "active", "changed", "slot_values", "state")
+
+    def __init__(self, args: set[str]) -> None:
+        self.args = args  # the slots SGD tracks in the state (see _Service)
+        self.canon: dict[str, str] = {}  # slot -> canonical value
+        self.variants: dict[str, list[str]] = {}  # slot -> spoken variants, in the order first mentioned
+        self.active = "NONE"
+        self.changed: dict[str, None] = {}  # the slots whose variants changed since the last annotation, in order
+        self.slot_values: dict[str, list[str]] = {}  # slot -> sorted variants as last annotated (a logged dict:
+        self.state: DialogueState | None = None  # replaced on change, never changed) and the state holding them
+
+    def annotation(self, requested: list[str]) -> DialogueState:
+        """The state to annotate a turn with: the last one when nothing changed."""
+        if self.changed:
+            # a new dict with just the changed slots sorted again; new slots come last in the order they were
+            # first held, as in ``variants``
+            slot_values = self.slot_values = dict(self.slot_values)
+            for k in self.changed:
+                slot_values[k] = sorted(self.variants[k])
+            self.changed = {}
+            self.state = None
+        state = self.state
+        if state is None or state.active_intent != self.active or state.requested_slots != requested:
+            state = self.state = DialogueState(active_intent=self.active, requested_slots=requested,
+                                               slot_values=self.slot_values)
+        return state
+
+
 _act_key = attrgetter("act", "slot")  # (act, slot): the order of a frame's acts, without a Python call per act
 
 
@@ -96,23 +128,54 @@ _STATEFUL = frozenset(("INFORM", "INFORM_INTENT", "NEGATE_INTENT", "NEGATE", "AF
 
 _EMPTY: dict[str, str] = {}  # read-only stand-in for a service with no values yet
 
+# A turn's items that carry no spoken value (an intent, SELECT, THANK_YOU, REQUEST(slot)...: most turns) read
+# the same in every dialogue: their acts (see AgendaUser._acts) are built once and shared by every user of the
+# process, keyed by the items; events are never changed once made, so sharing their acts is safe.
+_PLAIN: dict[tuple, tuple[list[Act], list[str], bool]] = {}
+
+
+# Loops rather than any() / all() over a generator on the turn's path: a generator that stops early is
+# closed by raising GeneratorExit into it, which costs more than the loop.
 
 def _closing(items: Any) -> bool:
     """A "no" that closes the dialogue: the turn thanks and informs nothing."""
-    return any(i[1] == "THANK_YOU" for i in items) and not any(i[1] == "INFORM" for i in items)
+    thanks = False
+    for i in items:
+        if i[1] == "INFORM":
+            return False
+        thanks = thanks or i[1] == "THANK_YOU"
+    return thanks
 
 
-def _heard(frames: list[Frame]) -> tuple[list[tuple], bool]:
-    """(service, act, slot, canonical values) of each system act, and whether the system said GOODBYE."""
+def _agrees(row: dict[str, str], values: dict[str, str]) -> bool:
+    """Whether ``row`` has each of ``values`` it has a column for."""
+    for k, v in values.items():
+        if k in row and row[k] != v:
+            return False
+    return True
+
+
+def _hear(frames: list[Frame], service: str | None) -> tuple[list[tuple], bool, dict[str, list[Act]]]:
+    """In one pass over the system's acts: (service, act, slot, canonical values) of each, whether the system
+    said GOODBYE, and the acts about ``service`` by act name."""
     sig = []  # a loop, not a comprehension: this runs every turn and a comprehension costs a function object
     goodbye = False
+    by: dict[str, list[Act]] = {}
     for f in frames:
-        service = f.service
+        name = f.service
+        mine = name == service
         for a in f.actions:
-            sig.append((service, a.act, a.slot, tuple(a.canonical_values)))
-            if a.act == "GOODBYE":
+            act = a.act
+            sig.append((name, act, a.slot, tuple(a.canonical_values)))
+            if mine:
+                got = by.get(act)
+                if got is None:
+                    by[act] = [a]
+                else:
+                    got.append(a)
+            if act == "GOODBYE":
                 goodbye = True
-    return sig, goodbye
+    return sig, goodbye, by
 
 
 def _all_about(items: list, service: str) -> bool:
@@ -174,17 +237,13 @@ class AgendaUser:
         self.subs = [_Sub(sg, self._service(sg["service"], schemas).transactional.get(sg["intent"], False))
                      for sg in goal["subgoals"]]
         self.idx = 0
-        self.values: dict[str, dict[str, list[str]]] = {}  # service -> slot -> spoken variants (state)
-        self.canon: dict[str, dict[str, str]] = {}  # service -> slot -> canonical value of the state
+        self.held: dict[str, _Held] = {}  # service -> what the user holds about it (see _held)
         self.spoken: dict[tuple[str, str, str], str] = {}  # the variant this user says for a value
-        self.active: dict[str, str] = {}
         self.agenda: list[tuple[str, str, str]] = []  # (act, slot, service), top = end
         self.repair: list[tuple[str, str, str, str | None]] = []
         self.turns = 0
         self.useless = 0
         self.heard: set[tuple] = set()  # signatures of the system turns heard so far
-        self._sorted: dict[str, dict[str, list[str]]] = {}  # state slot values as last annotated
-        self._dirty: dict[str, dict[str, None]] = {}  # service -> the slots whose values changed since, in order
         self._offer_acts: list[Act] = []  # the OFFER acts of the entity on the table
         self.left = ""  # why the user left early ("" while talking)
         self.ended = False
@@ -198,24 +257,25 @@ class AgendaUser:
             out = self._opening()
             return self._reply(out, end=False)
         self.turns += 1
-        frames = agent.frames
-        sig, goodbye = _heard(frames)
+        sub = self.subs[self.idx] if self.idx < len(self.subs) else None
+        mine = sub.service if sub is not None else None
+        sig, goodbye, by = _hear(agent.frames, mine)
         if not sig and agent.utterance:  # an agent that sends only text: read its acts from the words
             frames = [Frame(service=self._cur_service(), actions=self._understand(agent.utterance))]
-            sig, goodbye = _heard(frames)
+            sig, goodbye, by = _hear(frames, mine)
         if goodbye or agent.end:
             self.ended = True
             if not self.left and not self._all_done():
                 self.left = "the system closed the dialogue before the goal was met"
             return None
         # a turn the user has heard before (the same acts) or an empty one brings nothing new
-        sig.sort()
-        signature = tuple(sig)
-        if not sig or signature in self.heard:
-            self.useless += 1
-        else:
-            self.useless = 0
-            self.heard.add(signature)
+        new = False
+        if sig:
+            sig.sort()
+            n = len(self.heard)
+            self.heard.add(tuple(sig))
+            new = len(self.heard) > n  # the set grew: one hash of the signature, not two (`in`, then add)
+        self.useless = 0 if new else self.useless + 1
         if self.useless > self.patience:
             self.left = f"patience exhausted after {self.useless} useless system turns"
             return self._reply([(self._cur_service(), "GOODBYE", "", None)], end=True)
@@ -224,7 +284,7 @@ class AgendaUser:
             # SELECT of an offer found with the wrong value, no GOODBYE), and it is not itself corrupted
             out, self.repair = self.repair, []
             return self._reply(out, end=False, slips=False)
-        out, end = self._react(frames)
+        out, end = self._react(sub, by)
         return self._reply(out, end=end)
 
     def verdict(self) -> Verdict:
@@ -257,7 +317,7 @@ class AgendaUser:
         """The system acts of a text-only agent turn, read in the light of the current subgoal."""
         sub = self._cur() or self.subs[-1]
         known: dict[str, list[str]] = {}
-        for values in (sub.constraints, sub.optional, self.canon.get(sub.service, _EMPTY), sub.row,
+        for values in (sub.constraints, sub.optional, self._said(sub.service), sub.row,
                        sub.offered or _EMPTY, dict(sub.relax)):
             for slot, value in values.items():
                 if value != "dontcare" and value not in known.setdefault(slot, []):
@@ -267,7 +327,7 @@ class AgendaUser:
 
     def _claim(self, sub: _Sub, entity: dict[str, str] | None) -> Claim:
         """What the user believes it got for ``sub``: its constraints, the optional values it said, the entity."""
-        said = self.canon.get(sub.service, _EMPTY)
+        said = self._said(sub.service)
         held = {s: v for s, v in sub.optional.items() if _same(said.get(s), v)}
         held.update(sub.constraints)
         return Claim(service=sub.service, intent=sub.intent, transactional=sub.transactional, constraints=held,
@@ -283,7 +343,10 @@ class AgendaUser:
         return svc
 
     def _all_done(self) -> bool:
-        return all(s.done for s in self.subs)
+        for s in self.subs:
+            if not s.done:
+                return False
+        return True
 
     def _cur(self) -> _Sub | None:
         return self.subs[self.idx] if self.idx < len(self.subs) else None
@@ -335,7 +398,7 @@ class AgendaUser:
             if rows is not None and (best is None or len(rows) < len(best)):
                 best = rows
         for row in best or ():
-            if slot in row and all(row.get(k) == v for k, v in prev.row.items() if k in row):
+            if slot in row and _agrees(row, prev.row):
                 return row[slot]
         return None
 
@@ -350,7 +413,7 @@ class AgendaUser:
     def _pop_volunteers(self, out: list, sub: _Sub, limit: int) -> None:
         """Pop INFORMs of not yet stated constraints from the agenda, each with probability verbosity."""
         rng, agenda, constraints = self.rng, self.agenda, sub.constraints
-        said = self.canon.get(sub.service, _EMPTY)
+        said = self._said(sub.service)
         in_turn = None  # slots this turn already speaks of, built on first need
         n = 0
         while n < limit and agenda and agenda[-1][0] == "INFORM":
@@ -431,18 +494,13 @@ class AgendaUser:
             slots = {o[2] for o in out}  # the turn's REQUESTs leave the agenda
             self.agenda = [a for a in self.agenda if a[0] != "REQUEST" or a[1] not in slots]
 
-    def _react(self, frames: list[Frame]) -> tuple[list, bool]:
-        """The user's acts in answer to the system's (``frames``), and whether the user ends the dialogue."""
+    def _react(self, sub: _Sub | None, by: dict[str, list[Act]]) -> tuple[list, bool]:
+        """The user's acts in answer to the system's acts on the current subgoal's service (``by`` act name),
+        and whether the user ends the dialogue."""
         out: list = []
-        sub = self.subs[self.idx] if self.idx < len(self.subs) else None
         if sub is None:  # everything settled, the system keeps talking
             return out, self._finish(out, self.subs[-1].service, True)
         svc = sub.service
-        by: dict[str, list[Act]] = {}  # the system's acts on the current service, by act name
-        for f in frames:
-            if f.service == svc:
-                for a in f.actions:
-                    by.setdefault(a.act, []).append(a)
         rng = self.rng
         for a in by.get("INFORM", ()):
             if a.canonical_values:
@@ -544,7 +602,7 @@ class AgendaUser:
             self._ask(out, sub, 2)
             return False
         out.append((sub.service, "INFORM_INTENT", "intent", sub.intent))
-        said = self.canon.get(sub.service, {})
+        said = self._said(sub.service)
         for slot, value in sub.constraints.items():
             if not _same(said.get(slot), value):
                 out.append((sub.service, "INFORM", slot, value))
@@ -596,14 +654,14 @@ class AgendaUser:
         sub.offered = offered
         sub.selected = False
         self._offer_acts = by["OFFER"]
-        said = self.canon.get(sub.service, {})
+        said = self._said(sub.service)
         # only what the user holds to counts against an offer: constraints, and optional values it said
         conflict = [s for s, v in offered.items()
                     if (sub.constraints.get(s) or (said.get(s) if s in sub.optional else None)) not in (None, "dontcare")
                     and not _same(sub.constraints.get(s) or said.get(s), v)]
         args = self._service(sub.service).args
         unsaid = [(s, v) for s, v in sub.constraints.items() if not _same(said.get(s), v) and s in args]
-        if unsaid and (conflict or any(s not in offered for s, _ in unsaid)) and "NOTIFY_FAILURE" not in by:
+        if unsaid and (conflict or not offered.keys() >= {s for s, _ in unsaid}) and "NOTIFY_FAILURE" not in by:
             # the system searched before hearing everything: say the rest (and ask again when the offer is wrong)
             out += [(sub.service, "INFORM", s, v) for s, v in unsaid]
             if conflict:
@@ -676,31 +734,22 @@ class AgendaUser:
 
     # -- state and annotation ---------------------------------------------------------------------
 
+    def _held(self, service: str) -> _Held:
+        held = self.held.get(service)
+        if held is None:
+            held = self.held[service] = _Held(self._service(service).args)
+        return held
+
+    def _said(self, service: str) -> dict[str, str]:
+        """The canonical values the user holds for ``service`` (read only)."""
+        held = self.held.get(service)
+        return held.canon if held is not None else _EMPTY
+
     def _accept(self, service: str, act: Act) -> None:
         """The user takes on a value the system said (a confirmed, proposed or selected one) into the state."""
-        if (act.slot in (self._services.get(service) or self._service(service)).args
-                and act.canonical_values and act.values):
-            self._hold(service, act.slot, act.canonical_values[0], act.values[0])
-
-    def _hold(self, service: str, slot: str, canon: str, spoken: str) -> None:
-        """Put a value in the state: a new one replaces the slot's variants, the same one adds its variant."""
-        cur = self.canon.get(service)
-        if cur is None:
-            cur = self.canon[service] = {}
-            self.values[service] = {}
-        held = cur.get(slot)
-        if held is not None and (held == canon or held.lower() == canon.lower()):  # _same, inlined: a hot path
-            variants = self.values[service][slot]
-            if spoken in variants:
-                return
-            variants.append(spoken)
-        else:
-            cur[slot] = canon
-            self.values[service][slot] = [spoken]
-        dirty = self._dirty.get(service)
-        if dirty is None:
-            dirty = self._dirty[service] = {}
-        dirty[slot] = None
+        held = self._held(service)
+        if act.slot in held.args and act.canonical_values and act.values:
+            _hold(held, act.slot, act.canonical_values[0], act.values[0])
 
     def _say(self, service: str, slot: str, canon: str) -> str:
         """The spoken variant of ``canon`` this user uses (chosen once, then repeated)."""
@@ -726,66 +775,85 @@ class AgendaUser:
         frames: list[Frame] = []
         texts: list[str] = []
         offset = 0
-        said = self.spoken
         realize = self.pack.realizer.realize
         speaker = "USER" if self.turns else OPENING  # the opening turn leans on nothing said before
         for service, items, meant in _by_service(noisy, out):
-            acts: list[Act] = []
-            requested: list[str] = []
-            for _, act, slot, value in items:
-                if act == "INFORM_INTENT":
-                    acts.append(Act(act=act, slot="intent", values=[value], canonical_values=[value]))
-                elif value is not None:
-                    spoken = said.get((service, slot, value))
-                    if spoken is None:
-                        spoken = self._say(service, slot, value)
-                    acts.append(Act(act=act, slot=slot, values=[spoken], canonical_values=[value]))
-                else:
-                    acts.append(Act(act=act, slot=slot))
-                    if act == "REQUEST":
-                        requested.append(slot)
-            if len(acts) > 1:
-                acts.sort(key=_act_key)  # one order per signature (the realizer caches plans by signature)
-            self._update_state(service, meant)
+            acts, requested, stateful = _PLAIN.get(tuple(items)) or self._acts(items)
+            held = self._held(service)
+            if stateful or meant is not items:
+                self._update_state(held, meant)
             text, spans = realize(speaker, service, acts, self.rng)
             if offset:
                 spans = [type(sp)(slot=sp.slot, start=sp.start + offset, exclusive_end=sp.exclusive_end + offset)
                          for sp in spans]
-            slot_values = self._sorted.get(service)
-            changed = self._dirty.pop(service, None)
-            if slot_values is None:
-                slot_values = self._sorted[service] = {k: sorted(v) for k, v in self.values.get(service, {}).items()}
-            elif changed:
-                # a new dict (the last one is in logged states) with just the changed slots sorted again; new
-                # slots come last in the order they were first held, as in ``values``
-                slot_values = self._sorted[service] = dict(slot_values)
-                values = self.values[service]
-                for k in changed:
-                    slot_values[k] = sorted(values[k])
-            state = DialogueState(active_intent=self.active.get(service, "NONE"), requested_slots=requested,
-                                  slot_values=slot_values)
-            frames.append(Frame(service=service, actions=acts, slots=spans, state=state))
+            frames.append(Frame(service=service, actions=acts, slots=spans, state=held.annotation(requested)))
             texts.append(text)
             offset += len(text) + 1
         return UserReply(utterance=" ".join(texts), frames=frames, end=end)
 
-    def _update_state(self, service: str, items: Any) -> None:
-        """Fold the acts the user meant into the state: intent, informed values (true, not noisy)."""
-        args = (self._services.get(service) or self._service(service)).args
-        for _, act, slot, value in items:
+    def _acts(self, items: list) -> tuple[list[Act], list[str], bool]:
+        """The acts saying one service's ``items`` (in the order the realizer plans by), the slots they request,
+        and whether any of them changes the state. Items without a spoken value are said alike in every
+        dialogue: those turns are kept in _PLAIN."""
+        acts: list[Act] = []
+        requested: list[str] = []
+        said = self.spoken
+        plain = True
+        stateful = False
+        for service, act, slot, value in items:
+            if act == "INFORM_INTENT":
+                acts.append(Act(act=act, slot="intent", values=[value], canonical_values=[value]))
+            elif value is not None:
+                plain = False
+                spoken = said.get((service, slot, value))
+                if spoken is None:
+                    spoken = self._say(service, slot, value)
+                acts.append(Act(act=act, slot=slot, values=[spoken], canonical_values=[value]))
+            else:
+                acts.append(Act(act=act, slot=slot))
+                if act == "REQUEST":
+                    requested.append(slot)
+            stateful = stateful or act in _STATEFUL
+        if len(acts) > 1:
+            acts.sort(key=_act_key)  # one order per signature (the realizer caches plans by signature)
+        got = (acts, requested, stateful)
+        if plain:
+            if len(_PLAIN) > 100_000:  # a bound on memory; a pack's services say a few thousand such turns
+                _PLAIN.clear()
+            _PLAIN[tuple(items)] = got
+        return got
+
+    def _update_state(self, held: _Held, items: Any) -> None:
+        """Fold the acts the user meant about one service into its state: intent, informed values (true, not
+        noisy)."""
+        for service, act, slot, value in items:
             if act not in _STATEFUL:
                 continue
             if act == "INFORM_INTENT":
-                self.active[service] = value
+                held.active = value
             elif act == "NEGATE_INTENT" or (act == "NEGATE" and _closing(items)):
-                self.active[service] = "NONE"  # as SGD annotates a refused intent or "no, thanks"
+                held.active = "NONE"  # as SGD annotates a refused intent or "no, thanks"
             elif act == "AFFIRM_INTENT":
                 sub = self._cur()
                 if sub is not None and sub.service == service:
-                    self.active[service] = sub.intent
-            elif act == "INFORM" and value is not None and slot in args:
+                    held.active = sub.intent
+            elif act == "INFORM" and value is not None and slot in held.args:
                 spoken = self.spoken.get((service, slot, value))  # said already when the turn was realized
-                self._hold(service, slot, value, spoken if spoken is not None else self._say(service, slot, value))
+                _hold(held, slot, value, spoken if spoken is not None else self._say(service, slot, value))
+
+
+def _hold(held: _Held, slot: str, canon: str, spoken: str) -> None:
+    """Put a value in the state: a new one replaces the slot's variants, the same one adds its variant."""
+    cur = held.canon.get(slot)
+    if cur is not None and (cur == canon or cur.lower() == canon.lower()):  # _same, inlined: a hot path
+        variants = held.variants[slot]
+        if spoken in variants:
+            return
+        variants.append(spoken)
+    else:
+        held.canon[slot] = canon
+        held.variants[slot] = [spoken]
+    held.changed[slot] = None
 
 
 def _services_of(pack: Any) -> dict[str, _Service]:

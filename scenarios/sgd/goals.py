@@ -247,6 +247,9 @@ def _pairs(pack: Pack, svc: ServiceSchema) -> tuple[list[tuple[str, str]], list[
     return sf.places, sf.dates
 
 
+# The functions of a draw keep comprehensions that read their locals off the common path: such a local
+# becomes a cell, made on every call whether or not the comprehension runs (see _other, _requested, _fix_pairs).
+
 def _value(sf: _ServiceFacts, slot: str, rng: random.Random, avoid: str | None = None,
            fold: bool = False) -> str | None:
     """A random value of the slot's pool, other than ``avoid`` (compared case-insensitively with ``fold``)."""
@@ -260,6 +263,10 @@ def _value(sf: _ServiceFacts, slot: str, rng: random.Random, avoid: str | None =
         v = rng.choice(pool)
         if (v.lower() if fold else v) != avoid_key:
             return v
+    return _other(pool, avoid_key, fold, rng)
+
+
+def _other(pool: list[str], avoid_key: str, fold: bool, rng: random.Random) -> str | None:
     rest = [v for v in pool if (v.lower() if fold else v) != avoid_key]
     return rng.choice(rest) if rest else None
 
@@ -267,7 +274,11 @@ def _value(sf: _ServiceFacts, slot: str, rng: random.Random, avoid: str | None =
 def _requested(it: _IntentFacts, rng: random.Random, taken: set[str]) -> list[str]:
     """Result slots to ask about: each with its mined request rate (unmined intents: zero to two at random)."""
     if it.rates is not None:
-        return [s for s, p in it.rates if s not in taken and rng.random() < p][:3]
+        out = []
+        for s, p in it.rates:
+            if s not in taken and rng.random() < p:
+                out.append(s)
+        return out[:3]
     options = [s for s in it.intent.result_slots if s not in taken]
     rng.shuffle(options)
     return sorted(options[: rng.choice((0, 1, 1, 2))])
@@ -459,8 +470,6 @@ def _fix_pairs(sf: _ServiceFacts, it: _IntentFacts, sg: dict[str, Any], known: d
     Only values the user states freely move: a filtering column of a search keeps its entity's value.
     """
     places, dates = sf.places, sf.dates
-    if not places and not dates:
-        return
     c, opt, link = sg["constraints"], sg["optional"], sg["from_previous"]
     table = None if it.intent.is_transactional else it.table
     eff = {s: known[ps] for s, ps in link.items() if ps in known}
@@ -543,7 +552,8 @@ def sample_goal(pack: Pack, rng: random.Random, services: list[str] | None = Non
                     ahead = _ahead(sf, it, steps[k + 2], via)
             subgoals.append(_search_subgoal(sf, it, rng, link, infeasible_share, known, sure, state, ahead))
         last = subgoals[-1]
-        _fix_pairs(sf, it, last, known, rng)
+        if sf.places or sf.dates:  # most services pair no slots
+            _fix_pairs(sf, it, last, known, rng)
         if k + 1 == len(steps):
             break  # the last subgoal passes nothing on
         linked = {s: known[ps] for s, ps in last["from_previous"].items() if ps in known}
