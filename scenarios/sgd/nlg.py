@@ -551,7 +551,7 @@ for _w in ("ticket", "seat", "room", "passenger", "adult", "rider", "traveler", 
     _NOUNS[_w] = _NOUNS[_w + "s"] = (_w, _w + "s")
 _NOUNS.update(bus=("bus", "buses"), buses=("bus", "buses"), property=("property", "properties"),
               properties=("property", "properties"))
-_COUNTED = re.compile(r"( )(%s)\b" % "|".join(sorted(_NOUNS, key=len, reverse=True)), re.I)
+_COUNTED = re.compile(r" (\w+)")  # the word a literal starts with, a counted noun if in _NOUNS
 
 
 def _compile(template: Template) -> tuple[tuple[str, ...], tuple[int, ...], dict[int, tuple[str, str]] | None]:
@@ -569,8 +569,8 @@ def _compile(template: Template) -> tuple[tuple[str, ...], tuple[int, ...], dict
     agree: dict[int, tuple[str, str]] = {}
     for h in range(len(refs)):
         m = _COUNTED.match(lits[h + 1])
-        if m:
-            word = m.group(2)
+        if m and m.group(1).lower() in _NOUNS:
+            word = m.group(1)
             one, many = _NOUNS[word.lower()]
             if word[:1].isupper():
                 one, many = one.capitalize(), many.capitalize()
