@@ -511,34 +511,24 @@ def _bind_all(acts: Sequence[Act], tpls: list[Template], noncat: frozenset[str])
         if act_token(a.act, a.slot, a.values)[1]:
             span = a.slot if a.slot in noncat else None
             holes.extend((k, j, span) for j in range(len(a.values)))
-    return [_bind(_compiled(t), holes) for t in tpls]
+    return [_bind(t, holes) for t in tpls]
 
 
-# id(template) -> (template, compiled): a mined template joins many plans (every signature composed from
-# it) and is compiled once; the entry holds the template, so its id cannot be reused while cached.
-_COMPILED: dict[int, tuple[Template, tuple]] = {}
-
-
-def _compiled(template: Template) -> tuple:
-    hit = _COMPILED.get(id(template))
-    if hit is not None and hit[0] is template:
-        return hit[1]
-    if len(_COMPILED) > 200_000:
-        _COMPILED.clear()
-    compiled = _compile(template)
-    _COMPILED[id(template)] = (template, compiled)
-    return compiled
-
-
-def _bind(compiled: tuple, holes: list[tuple[int, int, str | None]]) -> _Bound:
-    """A compiled template bound once to its group's placeholders: the first literal, then per placeholder
-    (act of the group, value index, span slot or None, the literal after it, its number agreement or None),
-    so that filling it takes one step per value."""
-    lits, refs, agree = compiled
+def _bind(template: Template, holes: list[tuple[int, int, str | None]]) -> _Bound:
+    """A template bound once to its group's placeholders: the first literal, then per placeholder (act of the
+    group, value index, span slot or None, the literal after it, its number agreement or None), so that
+    filling it takes one step per value."""
+    lits = [""]
+    refs = []
+    for part in template:
+        if isinstance(part, int):
+            refs.append(part)
+            lits.append("")
+        else:
+            lits[-1] += part
     if not refs:  # most templates: a literal only
         return lits[0], ()
-    steps = tuple((*holes[ref], lits[h + 1], agree.get(h) if agree else None) for h, ref in enumerate(refs))
-    return lits[0], steps
+    return lits[0], tuple([(*holes[ref], lit, _AGREEMENT[lit]) for ref, lit in zip(refs, lits[1:])])
 
 
 _ONE = frozenset(("1", "one", "One", "a single"))
@@ -554,29 +544,21 @@ _NOUNS.update(bus=("bus", "buses"), buses=("bus", "buses"), property=("property"
 _COUNTED = re.compile(r" (\w+)")  # the word a literal starts with, a counted noun if in _NOUNS
 
 
-def _compile(template: Template) -> tuple[tuple[str, ...], tuple[int, ...], dict[int, tuple[str, str]] | None]:
-    """(literals, placeholder indices, number agreement) with one more literal than placeholders: fast to
-    fill. A literal that starts with a counted noun ("_ people") gets a singular and a plural variant, so
-    that the mined wording of "for 4 people" says "for 1 person" (None when no literal needs one)."""
-    lits = [""]
-    refs = []
-    for part in template:
-        if isinstance(part, int):
-            refs.append(part)
-            lits.append("")
-        else:
-            lits[-1] += part
-    agree: dict[int, tuple[str, str]] = {}
-    for h in range(len(refs)):
-        m = _COUNTED.match(lits[h + 1])
-        if m and m.group(1).lower() in _NOUNS:
-            word = m.group(1)
-            one, many = _NOUNS[word.lower()]
-            if word[:1].isupper():
-                one, many = one.capitalize(), many.capitalize()
-            rest = lits[h + 1][m.end():]
-            agree[h] = (f" {one}{rest}", f" {many}{rest}")
-    return tuple(lits), tuple(refs), agree or None
+def _agreement(lit: str) -> tuple[str, str] | None:
+    """The singular and plural variants of a literal after a value that starts with a counted noun ("_ people"),
+    so that the mined wording of "for 4 people" says "for 1 person"; None for any other literal."""
+    m = _COUNTED.match(lit)
+    nouns = _NOUNS.get(m.group(1).lower()) if m else None
+    if nouns is None:
+        return None
+    one, many = nouns
+    if m.group(1)[:1].isupper():
+        one, many = one.capitalize(), many.capitalize()
+    rest = lit[m.end():]
+    return f" {one}{rest}", f" {many}{rest}"
+
+
+_AGREEMENT = _Memo(_agreement)  # literals repeat (".", " tonight?") and matching one is the costly part of a bind
 
 
 def _slot_map(source: ServiceSchema, target: ServiceSchema) -> dict[str, str]:
