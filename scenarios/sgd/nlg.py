@@ -483,15 +483,28 @@ def _literals(plan: _Plan) -> list[str] | None:
 
 
 # Words that only make sense after something was said: "I also need a cab to get there", "Yes. ...".
+_OPENERS = ("yes", "yeah", "yep", "okay", "ok", "great", "perfect", "sounds good", "thanks", "thank you", "no", "nope",
+            "cool", "alright")
 _FOLLOW_UP = re.compile(
     r"\b(?:also|too|as well|another|the same|same (?:day|place|city|area|time)"
     r"|th(?:at|is) (?:area|place|city|location|day|date|time|one|restaurant|hotel|event|movie|property)"
     r"|(?<!hi )(?<!hey )(?<!hello )(?<!is )(?<!are )there\b(?! (?:is|are|any|a|an)\b))"
-    r"|^\W*(?:yes|yeah|yep|okay|ok|great|perfect|sounds good|thanks|thank you|no|nope|cool|alright)\b", re.I)
+    r"|^\W*(?:%s)\b" % "|".join(_OPENERS), re.I)
+# A match of _FOLLOW_UP in ASCII text holds one of these clues (lower-cased) or starts with an opener: a text
+# without them needs no search, which tries every alternative at every position
+_CLUES = ("also", "too", "as well", "another", "same", "that ", "this ", "there")
+_NON_WORD = "".join(c for c in map(chr, range(128)) if not (c.isalnum() or c == "_"))
 
 
-# wording -> whether it leans on an earlier turn (the search is costly)
-_FOLLOWS_UP = _Memo(lambda text: _FOLLOW_UP.search(text) is not None)
+def _follows_up(text: str) -> bool:
+    if text.isascii():
+        low = text.lower()
+        if not any(clue in low for clue in _CLUES) and not low.lstrip(_NON_WORD).startswith(_OPENERS):
+            return False
+    return _FOLLOW_UP.search(text) is not None
+
+
+_FOLLOWS_UP = _Memo(_follows_up)  # wording -> whether it leans on an earlier turn
 
 
 def _every(tpls: list[Template]) -> list[Template]:
