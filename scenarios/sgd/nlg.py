@@ -554,18 +554,17 @@ for _w in ("ticket", "seat", "room", "passenger", "adult", "rider", "traveler", 
     _NOUNS[_w] = _NOUNS[_w + "s"] = (_w, _w + "s")
 _NOUNS.update(bus=("bus", "buses"), buses=("bus", "buses"), property=("property", "properties"),
               properties=("property", "properties"))
-_COUNTED = re.compile(r" (\w+)")  # the word a literal starts with, a counted noun if in _NOUNS
+_COUNTED = re.compile(r"( )(%s)\b" % "|".join(sorted(_NOUNS, key=len, reverse=True)), re.I)
 
 
 def _agreement(lit: str) -> tuple[str, str] | None:
     """The singular and plural variants of a literal after a value that starts with a counted noun ("_ people"),
     so that the mined wording of "for 4 people" says "for 1 person"; None for any other literal."""
     m = _COUNTED.match(lit)
-    nouns = _NOUNS.get(m.group(1).lower()) if m else None
-    if nouns is None:
+    if m is None:
         return None
-    one, many = nouns
-    if m.group(1)[:1].isupper():
+    one, many = _NOUNS[m.group(2).lower()]
+    if m.group(2)[:1].isupper():
         one, many = one.capitalize(), many.capitalize()
     rest = lit[m.end():]
     return f" {one}{rest}", f" {many}{rest}"
