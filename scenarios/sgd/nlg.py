@@ -234,10 +234,18 @@ def builtin_list(speaker: str, svc: ServiceSchema | None, acts: list[Act]) -> Te
     return parts
 
 
+# A template bound to a group's acts: (first literal, steps), a step being (act of the group, value index,
+# span slot or None, the literal after the value, its number agreement or None); see _bind
+_Bound = tuple  # tuple[str, tuple[tuple[int, int, str | None, str, tuple[str, str] | None], ...]]
+# A group of acts said together: (the signature positions of its acts, its bound templates)
+_Group = tuple  # tuple[tuple[int, ...], list[_Bound]]
+
+
 class _Plan:
     """Resolved ways to realize one signature: alternatives (each a list of groups) with weights.
 
-    Two alternatives at most (exact wordings, composed ones); ``realize`` picks one by ``cum``.
+    Two alternatives at most (exact wordings, composed ones); ``realize`` picks one by ``cum``. A group is
+    (the signature positions of its acts, its bound templates); see ``_bind_all``.
     """
 
     __slots__ = ("alternatives", "cum")
@@ -262,9 +270,15 @@ class Realizer:
         self.rich = rich  # exact wordings below which composed ones are mixed in
         self._domain: dict[tuple[str, str], dict[str, list[Template]]] = {}
         self._plans: dict[tuple[str, str, str], _Plan] = {}
-        # (speaker, service, act tokens in the caller's order) -> (plan, order, its wordings when it places no
-        # value): no sort or join per call
-        self._fast: dict[tuple, tuple[_Plan, list[int], list[str] | None]] = {}
+        # bound templates, shared by every plan that says the same signature or act (a group of a composed
+        # plan is mostly one act, said in many plans): binding them is most of the cost of a new plan
+        self._wordings: dict[tuple[str, str, str], list[_Bound]] = {}  # (speaker, service, signature)
+        self._singles: dict[tuple[str, str, str, bool], list[_Bound] | None] = {}  # (speaker, service, token, worded)
+        self._openers: dict[int, tuple[list[_Bound], list[_Bound]]] = {}  # id(bound) -> (bound, standalone ones)
+        # (speaker, service, act tokens in the caller's order) -> (alternatives with the caller's act indices,
+        # cumulative weights, its wordings when it places no value): no sort or join per call
+        self._fast: dict[tuple, tuple[list[list[tuple[tuple[int, ...], list[_Bound]]]], list[int],
+                                      list[str] | None]] = {}
         self._noncat: dict[str, frozenset[str]] = {
             name: frozenset(s for s, ss in svc.slots.items() if not ss.is_categorical) for name, svc in services.items()}
 
@@ -309,6 +323,31 @@ class Realizer:
                 out.extend(tpls)
         return out
 
+    def _found(self, speaker: str, service: str, sig: str, acts: Sequence[Act]) -> list[_Bound]:
+        """The mined wordings of a signature (``_lookup``) bound to its acts, given in signature order."""
+        key = (speaker, service, sig)
+        got = self._wordings.get(key)
+        if got is None:
+            got = self._wordings[key] = _bind_all(acts, self._lookup(speaker, service, sig),
+                                                  self._noncat.get(service, _NONE))
+        return got
+
+    def _single(self, speaker: str, service: str, act: Act, worded: bool) -> list[_Bound] | None:
+        """The bound wordings of one act said in a composition (only those with words besides the value when
+        ``worded``): mined, borrowed, generic, else schema-phrased; None when it joins a schema-phrased list."""
+        tok = act_token(act.act, act.slot, act.values)[0]
+        key = (speaker, service, tok, worded)
+        if key in self._singles:
+            return self._singles[key]
+        keep = _worded if worded else _every
+        tpls = (keep(self._lookup(speaker, service, tok))
+                or keep(self._borrow(speaker, service, act.slot, tok))
+                or keep(self.generic.get(speaker, {}).get(generic_token(act), [])))
+        if not tpls and not _listable(speaker, act):
+            tpls = [builtin_template(speaker, self.services.get(service), act)]
+        got = self._singles[key] = _bind_all([act], tpls, self._noncat.get(service, _NONE)) if tpls else None
+        return got
+
     def _composed(self, speaker: str, service: str, acts: Sequence[Act], order: list[int]) -> list[_Group]:
         """Groups of acts of one kind (each looked up whole, else act by act) in a natural speaking order."""
         pos_of = {i: k for k, i in enumerate(order)}
@@ -320,59 +359,63 @@ class Realizer:
         groups: list[_Group] = []
         for act_name in sorted(by_act, key=lambda a: rank.get(a, len(rank))):
             idx = by_act[act_name]
-            sub, sub_order = signature([acts[i] for i in idx])
-            tpls = self._lookup(speaker, service, sub) if len(idx) > 1 else []
-            if tpls:
-                groups.append(_group([pos_of[idx[k]] for k in sub_order], acts, order, tpls, noncat))
-                continue
+            if len(idx) > 1:
+                sub, sub_order = signature([acts[i] for i in idx])
+                bound = self._found(speaker, service, sub, [acts[idx[k]] for k in sub_order])
+                if bound:
+                    groups.append((tuple(pos_of[idx[k]] for k in sub_order), bound))
+                    continue
             if len(idx) > 2:  # all but one act may have been said together: say the odd one apart
                 for odd in idx:
                     rest = [i for i in idx if i != odd]
                     sub, sub_order = signature([acts[i] for i in rest])
-                    tpls = self._lookup(speaker, service, sub)
-                    if tpls:
-                        groups.append(_group([pos_of[rest[k]] for k in sub_order], acts, order, tpls, noncat))
+                    bound = self._found(speaker, service, sub, [acts[rest[k]] for k in sub_order])
+                    if bound:
+                        groups.append((tuple(pos_of[rest[k]] for k in sub_order), bound))
                         idx = [odd]
                         break
             if act_name == "OFFER":  # the entity's name first, as real systems do
                 idx = sorted(idx, key=lambda i: not _nameish(acts[i].slot))
             plain: list[int] = []  # acts left to the schema-phrased fallback, said together
             # a bare value ("2.") answers a question; next to other acts it reads as a stray number
-            keep = _worded if len(order) > 1 else _every
             for i in idx:
-                tok = act_token(acts[i].act, acts[i].slot, acts[i].values)[0]
-                tpls = (keep(self._lookup(speaker, service, tok))
-                        or keep(self._borrow(speaker, service, acts[i].slot, tok))
-                        or keep(self.generic.get(speaker, {}).get(generic_token(acts[i]), [])))
-                if tpls:
-                    groups.append(_group([pos_of[i]], acts, order, tpls, noncat))
-                elif _listable(speaker, acts[i]):
+                bound = self._single(speaker, service, acts[i], len(order) > 1)
+                if bound is None:
                     plain.append(i)
                 else:
-                    groups.append(_group([pos_of[i]], acts, order,
-                                         [builtin_template(speaker, self.services.get(service), acts[i])], noncat))
+                    groups.append(((pos_of[i],), bound))
             if len(plain) == 1:
-                groups.append(_group([pos_of[plain[0]]], acts, order,
-                                     [builtin_template(speaker, self.services.get(service), acts[plain[0]])], noncat))
+                template = builtin_template(speaker, self.services.get(service), acts[plain[0]])
+                groups.append(((pos_of[plain[0]],), _bind_all([acts[plain[0]]], [template], noncat)))
             elif plain:
-                groups.append(_group([pos_of[i] for i in plain], acts, order,
-                                     [builtin_list(speaker, self.services.get(service), [acts[i] for i in plain])],
-                                     noncat))
+                template = builtin_list(speaker, self.services.get(service), [acts[i] for i in plain])
+                groups.append((tuple(pos_of[i] for i in plain), _bind_all([acts[i] for i in plain], [template], noncat)))
         return groups
 
     def _plan(self, speaker: str, service: str, acts: Sequence[Act], sig: str, order: list[int]) -> _Plan:
-        if speaker == OPENING:
-            plan = self._plan("USER", service, acts, sig, order)
-            return _Plan([[_standalone(tpls) for tpls in groups] for groups in plan.alternatives],
+        if speaker == OPENING:  # the user's plan, with the wordings that open a dialogue well
+            key = ("USER", service, sig)
+            plan = self._plans.get(key)
+            if plan is None:
+                plan = self._plans[key] = self._plan("USER", service, acts, sig, order)
+            return _Plan([[(pos, self._standalone(tpls)) for pos, tpls in groups] for groups in plan.alternatives],
                          [plan.cum[0]] + [b - a for a, b in zip(plan.cum, plan.cum[1:])])
-        found = self._lookup(speaker, service, sig)
+        found = self._found(speaker, service, sig, [acts[i] for i in order])
         if not found:
             return _Plan([self._composed(speaker, service, acts, order)], [1])
-        exact = [_group(list(range(len(order))), acts, order, found, self._noncat.get(service, _NONE))]
+        exact = [(tuple(range(len(order))), found)]
         if len(acts) > 1 and len(found) < self.rich:
             # few exact wordings: mix in composed ones too, for variety
             return _Plan([exact, self._composed(speaker, service, acts, order)], [len(found), self.rich - len(found)])
         return _Plan([exact], [1])
+
+    def _standalone(self, tpls: list[_Bound]) -> list[_Bound]:
+        """The bound templates that open a dialogue well (all of them when none does), once per list."""
+        hit = self._openers.get(id(tpls))
+        if hit is None or hit[0] is not tpls:  # the entry holds the list, so its id is not reused while cached
+            kept = [t for t in tpls if not _FOLLOWS_UP[" _ ".join([t[0], *(step[3] for step in t[1])]).strip()]]
+            hit = self._openers[id(tpls)] = (tpls, kept or tpls)
+        return hit[1]
 
     def realize(self, speaker: str, service: str, acts: list[Act], rng: random.Random) -> tuple[str, list[SlotSpan]]:
         """The utterance for one frame's acts and the spans of the non-categorical values placed in it."""
@@ -387,19 +430,20 @@ class Realizer:
                 plan = self._plans[key] = self._plan(speaker, service, acts, sig, order)
             if len(self._fast) > 200_000:
                 self._fast.clear()
-            got = self._fast[fast] = (plan, order, _literals(plan))
-        plan, order, literals = got
+            # each group's signature positions as indices of these acts
+            alts = [[(tuple([order[p] for p in pos]), tpls) for pos, tpls in groups] for groups in plan.alternatives]
+            got = self._fast[fast] = (alts, plan.cum, _literals(plan))
+        alternatives, cum, literals = got
         if literals is not None:  # no value to place (most turns): one of the wordings as it is
             n = len(literals)
             return literals[int(rng.random() * n)] if n > 1 else literals[0], []
-        alternatives = plan.alternatives
         # one alternative by weight: a draw only when there is a choice
-        groups = (alternatives[0] if len(alternatives) == 1 or rng.random() * plan.cum[-1] < plan.cum[0]
+        groups = (alternatives[0] if len(alternatives) == 1 or rng.random() * cum[-1] < cum[0]
                   else alternatives[1])
         out: list[str] = []
         spans: list[SlotSpan] = []
         pos = 0
-        for tpls in groups:
+        for idx, tpls in groups:
             if out:  # groups are said one after another
                 out.append(" ")
                 pos += 1
@@ -408,7 +452,7 @@ class Realizer:
             out.append(lit)
             pos += len(lit)
             for k, j, span, lit, agree in steps:
-                v = acts[order[k]].values[j]
+                v = acts[idx[k]].values[j]
                 end = pos + len(v)
                 if span is not None:
                     spans.append(SlotSpan(slot=span, start=pos, exclusive_end=end))
@@ -432,28 +476,35 @@ class Realizer:
 def _literals(plan: _Plan) -> list[str] | None:
     """The wordings of a plan that places no value (one way to say it, without placeholders), else None."""
     if len(plan.alternatives) == 1 and len(plan.alternatives[0]) == 1:
-        tpls = plan.alternatives[0][0]
+        tpls = plan.alternatives[0][0][1]
         if not any(steps for _, steps in tpls):
             return [lit for lit, _ in tpls]
     return None
 
 
 # Words that only make sense after something was said: "I also need a cab to get there", "Yes. ...".
+_OPENERS = ("yes", "yeah", "yep", "okay", "ok", "great", "perfect", "sounds good", "thanks", "thank you", "no", "nope",
+            "cool", "alright")
 _FOLLOW_UP = re.compile(
     r"\b(?:also|too|as well|another|the same|same (?:day|place|city|area|time)"
     r"|th(?:at|is) (?:area|place|city|location|day|date|time|one|restaurant|hotel|event|movie|property)"
     r"|(?<!hi )(?<!hey )(?<!hello )(?<!is )(?<!are )there\b(?! (?:is|are|any|a|an)\b))"
-    r"|^\W*(?:yes|yeah|yep|okay|ok|great|perfect|sounds good|thanks|thank you|no|nope|cool|alright)\b", re.I)
+    r"|^\W*(?:%s)\b" % "|".join(_OPENERS), re.I)
+# A match of _FOLLOW_UP in ASCII text holds one of these clues (lower-cased) or starts with an opener: a text
+# without them needs no search, which tries every alternative at every position
+_CLUES = ("also", "too", "as well", "another", "same", "that ", "this ", "there")
+_NON_WORD = "".join(c for c in map(chr, range(128)) if not (c.isalnum() or c == "_"))
 
 
-def _standalone(tpls: list[tuple]) -> list[tuple]:
-    """The bound templates that open a dialogue well (all of them when none does)."""
-    kept = [t for t in tpls if not _FOLLOWS_UP[" _ ".join([t[0], *(step[3] for step in t[1])]).strip()]]
-    return kept or tpls
+def _follows_up(text: str) -> bool:
+    if text.isascii():
+        low = text.lower()
+        if not any(clue in low for clue in _CLUES) and not low.lstrip(_NON_WORD).startswith(_OPENERS):
+            return False
+    return _FOLLOW_UP.search(text) is not None
 
 
-# wording -> whether it leans on an earlier turn (the search is costly)
-_FOLLOWS_UP = _Memo(lambda text: _FOLLOW_UP.search(text) is not None)
+_FOLLOWS_UP = _Memo(_follows_up)  # wording -> whether it leans on an earlier turn
 
 
 def _every(tpls: list[Template]) -> list[Template]:
@@ -465,47 +516,32 @@ def _worded(tpls: list[Template]) -> list[Template]:
     return [t for t in tpls if any(type(part) is str and any(c.isalpha() for c in part) for part in t)]
 
 
-# A group of acts said together: its templates, each bound to the acts it fills (see _bind)
-_Group = list  # list[tuple[str, tuple[tuple[int, int, str | None, str, tuple[str, str] | None], ...]]]
-
-
-def _group(positions: list[int], acts: Sequence[Act], order: list[int], tpls: list[Template],
-           noncat: frozenset[str]) -> _Group:
-    """A group of acts (by signature position): its templates compiled and bound to the placeholders."""
-    holes = []  # per placeholder: (signature position, value index, the slot when its value gets a span)
-    for k in positions:
-        a = acts[order[k]]
+def _bind_all(acts: Sequence[Act], tpls: list[Template], noncat: frozenset[str]) -> list[_Bound]:
+    """Templates for a group of acts compiled and bound to its placeholders; a step names its act by its
+    place in ``acts`` (a plan maps the group's places onto the acts it realizes)."""
+    holes = []  # per placeholder: (act of the group, value index, the slot when its value gets a span)
+    for k, a in enumerate(acts):
         if act_token(a.act, a.slot, a.values)[1]:
             span = a.slot if a.slot in noncat else None
             holes.extend((k, j, span) for j in range(len(a.values)))
-    return [_bind(_compiled(t), holes) for t in tpls]
+    return [_bind(t, holes) for t in tpls]
 
 
-# id(template) -> (template, compiled): a mined template joins many plans (every signature composed from
-# it) and is compiled once; the entry holds the template, so its id cannot be reused while cached.
-_COMPILED: dict[int, tuple[Template, tuple]] = {}
-
-
-def _compiled(template: Template) -> tuple:
-    hit = _COMPILED.get(id(template))
-    if hit is not None and hit[0] is template:
-        return hit[1]
-    if len(_COMPILED) > 200_000:
-        _COMPILED.clear()
-    compiled = _compile(template)
-    _COMPILED[id(template)] = (template, compiled)
-    return compiled
-
-
-def _bind(compiled: tuple, holes: list[tuple[int, int, str | None]]) -> tuple[str, tuple]:
-    """A compiled template bound once to its group's placeholders: the first literal, then per placeholder
-    (signature position, value index, span slot or None, the literal after it, its number agreement or None),
-    so that filling it takes one step per value."""
-    lits, refs, agree = compiled
+def _bind(template: Template, holes: list[tuple[int, int, str | None]]) -> _Bound:
+    """A template bound once to its group's placeholders: the first literal, then per placeholder (act of the
+    group, value index, span slot or None, the literal after it, its number agreement or None), so that
+    filling it takes one step per value."""
+    lits = [""]
+    refs = []
+    for part in template:
+        if isinstance(part, int):
+            refs.append(part)
+            lits.append("")
+        else:
+            lits[-1] += part
     if not refs:  # most templates: a literal only
         return lits[0], ()
-    steps = tuple((*holes[ref], lits[h + 1], agree.get(h) if agree else None) for h, ref in enumerate(refs))
-    return lits[0], steps
+    return lits[0], tuple([(*holes[ref], lit, _AGREEMENT[lit]) for ref, lit in zip(refs, lits[1:])])
 
 
 _ONE = frozenset(("1", "one", "One", "a single"))
@@ -521,29 +557,20 @@ _NOUNS.update(bus=("bus", "buses"), buses=("bus", "buses"), property=("property"
 _COUNTED = re.compile(r"( )(%s)\b" % "|".join(sorted(_NOUNS, key=len, reverse=True)), re.I)
 
 
-def _compile(template: Template) -> tuple[tuple[str, ...], tuple[int, ...], dict[int, tuple[str, str]] | None]:
-    """(literals, placeholder indices, number agreement) with one more literal than placeholders: fast to
-    fill. A literal that starts with a counted noun ("_ people") gets a singular and a plural variant, so
-    that the mined wording of "for 4 people" says "for 1 person" (None when no literal needs one)."""
-    lits = [""]
-    refs = []
-    for part in template:
-        if isinstance(part, int):
-            refs.append(part)
-            lits.append("")
-        else:
-            lits[-1] += part
-    agree: dict[int, tuple[str, str]] = {}
-    for h in range(len(refs)):
-        m = _COUNTED.match(lits[h + 1])
-        if m:
-            word = m.group(2)
-            one, many = _NOUNS[word.lower()]
-            if word[:1].isupper():
-                one, many = one.capitalize(), many.capitalize()
-            rest = lits[h + 1][m.end():]
-            agree[h] = (f" {one}{rest}", f" {many}{rest}")
-    return tuple(lits), tuple(refs), agree or None
+def _agreement(lit: str) -> tuple[str, str] | None:
+    """The singular and plural variants of a literal after a value that starts with a counted noun ("_ people"),
+    so that the mined wording of "for 4 people" says "for 1 person"; None for any other literal."""
+    m = _COUNTED.match(lit)
+    if m is None:
+        return None
+    one, many = _NOUNS[m.group(2).lower()]
+    if m.group(2)[:1].isupper():
+        one, many = one.capitalize(), many.capitalize()
+    rest = lit[m.end():]
+    return f" {one}{rest}", f" {many}{rest}"
+
+
+_AGREEMENT = _Memo(_agreement)  # literals repeat (".", " tonight?") and matching one is the costly part of a bind
 
 
 def _slot_map(source: ServiceSchema, target: ServiceSchema) -> dict[str, str]:

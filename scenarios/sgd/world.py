@@ -85,13 +85,8 @@ class SgdWorld:
         self.rng = rng
         self.failure_rate = failure_rate
         self.max_results = max_results
-        self._tables = _tables_of(pack)
         self._specs = _specs_of(pack)
-        self._by_service = pack.__dict__.get("_world_by_service")
-        if self._by_service is None:
-            self._by_service = pack.__dict__["_world_by_service"] = {}
-            for (svc, _), table in sorted(self._tables.items()):
-                self._by_service.setdefault(svc, []).append(table)
+        self._by_service = _by_service_of(pack)
 
     def call(self, service: str, method: str, parameters: dict[str, Any]) -> tuple[list[dict[str, Any]] | None, str | None]:
         """Run one call: (rows, None), ([], None) when nothing matches or a booking fails, (None, error)."""
@@ -186,7 +181,8 @@ class SgdWorld:
 
 def _tables_of(pack: Pack) -> dict[tuple[str, str], _Table]:
     """The indexed tables of a pack, built once per pack object and shared (read-only) by its worlds."""
-    got = pack.__dict__.get("_world_tables")
+    cache = pack.derived("world")
+    got = cache.get("tables")
     if got is None:
         caps = _caps(pack)
         got = {}
@@ -199,7 +195,18 @@ def _tables_of(pack: Pack) -> dict[tuple[str, str], _Table]:
                                             schema.intents[intent].result_slots,
                                             caps.get((svc, intent)) or caps.get(intent) or 10,
                                             names[0] if names else None)
-        pack.__dict__["_world_tables"] = got
+        cache["tables"] = got
+    return got
+
+
+def _by_service_of(pack: Pack) -> dict[str, list[_Table]]:
+    """Per service, the tables of its search intents (in intent order): where a booking looks its entity up."""
+    cache = pack.derived("world")
+    got = cache.get("by_service")
+    if got is None:
+        got = cache["by_service"] = {}
+        for (svc, _), table in sorted(_tables_of(pack).items()):
+            got.setdefault(svc, []).append(table)
     return got
 
 
@@ -217,7 +224,8 @@ def _caps(pack: Pack) -> dict[Any, int]:
 def _specs_of(pack: Pack) -> dict[tuple[str, str], tuple]:
     """Per (service, intent): required slots, allowed slots, categorical value sets, defaults, kind, results and
     the intent's table (None when the pack has no rows for it)."""
-    got = pack.__dict__.get("_world_specs")
+    cache = pack.derived("world")
+    got = cache.get("specs")
     if got is None:
         got = {}
         tables = _tables_of(pack)
@@ -230,5 +238,5 @@ def _specs_of(pack: Pack) -> dict[tuple[str, str], tuple]:
                 got[(name, intent.name)] = (intent.required_slots, allowed, categorical, dict(intent.optional_slots),
                                             intent.is_transactional, intent.result_slots,
                                             tables.get((name, intent.name)))
-        pack.__dict__["_world_specs"] = got
+        cache["specs"] = got
     return got

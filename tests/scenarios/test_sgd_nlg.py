@@ -172,10 +172,10 @@ def test_unseen_service_speaks_with_its_domains_templates(pack):
 
 def test_counted_nouns_agree_with_the_number():
     """A template mined from "for 4 people" says "for 1 person" for one and keeps nouns after non-numbers."""
-    from dialogsim.scenarios.sgd.nlg import _compile
+    from dialogsim.scenarios.sgd.nlg import _bind
 
-    lits, refs, agree = _compile(["I need tickets for ", 0, " people.", " On ", 1, " night."])
-    assert agree == {0: (" person. On ", " people. On "), 1: (" night.", " nights.")}
+    first, steps = _bind(["I need tickets for ", 0, " people.", " On ", 1, " night."], [(0, 0, None), (1, 0, None)])
+    assert [step[4] for step in steps] == [(" person. On ", " people. On "), (" night.", " nights.")]
     pack = load_pack()
     rng = random.Random(0)
     bad_one = re.compile(r"\b1 (people|persons|tickets|seats|rooms|passengers|riders|travelers|bedrooms|bathrooms)\b")
