@@ -202,6 +202,12 @@ def _by_service(said: list, meant: list) -> list[tuple[str, list, list]]:
     return list(groups.values())
 
 
+def _shifted(spans: list, offset: int) -> list:
+    """Spans moved ``offset`` characters on (a frame said after another); a function of its own, as a
+    comprehension in _reply would make ``offset`` a cell on every turn."""
+    return [type(sp)(slot=sp.slot, start=sp.start + offset, exclusive_end=sp.exclusive_end + offset) for sp in spans]
+
+
 def _same(a: str | None, b: str | None) -> bool:
     return a is not None and b is not None and (a == b or a.lower() == b.lower())
 
@@ -378,13 +384,17 @@ class AgendaUser:
                 if value:
                     sub.constraints.setdefault(slot, value)
         # bottom to top: requests (asked once an entity is on the table), informs, then the intent
-        agenda = [("REQUEST", r, sub.service) for r in reversed(sub.requested)]
+        service = sub.service
+        agenda = []  # loops, not comprehensions: those would make ``service`` a cell (see _shifted)
+        for r in reversed(sub.requested):
+            agenda.append(("REQUEST", r, service))
         slots = list(sub.constraints)
         if len(slots) > 1:  # a random rotation: cheaper than a shuffle, still varies what is said first
             k = int(self.rng.random() * len(slots))
             slots = slots[k:] + slots[:k]
-        agenda += [("INFORM", s, sub.service) for s in slots]
-        agenda.append(("INFORM_INTENT", sub.intent, sub.service))
+        for s in slots:
+            agenda.append(("INFORM", s, service))
+        agenda.append(("INFORM_INTENT", sub.intent, service))
         self.agenda = agenda
 
     def _lookup(self, prev: _Sub, slot: str, known: dict[str, str]) -> str | None:
@@ -517,7 +527,8 @@ class AgendaUser:
                     wrong.append((a.slot, mine))
             if wrong:
                 out.append((svc, "NEGATE", "", None))
-                out += [(svc, "INFORM", s, v) for s, v in wrong]
+                for s, v in wrong:
+                    out.append((svc, "INFORM", s, v))
                 return out, False
             for a in by["CONFIRM"]:
                 if a.canonical_values:
@@ -784,8 +795,7 @@ class AgendaUser:
                 self._update_state(held, meant)
             text, spans = realize(speaker, service, acts, self.rng)
             if offset:
-                spans = [type(sp)(slot=sp.slot, start=sp.start + offset, exclusive_end=sp.exclusive_end + offset)
-                         for sp in spans]
+                spans = _shifted(spans, offset)
             frames.append(Frame(service=service, actions=acts, slots=spans, state=held.annotation(requested)))
             texts.append(text)
             offset += len(text) + 1
