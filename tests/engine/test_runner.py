@@ -166,21 +166,25 @@ class _Unencodable:
         return AgentReply(utterance="ok", state={"x": object()} if self.turns == 3 else None)
 
 
-def test_an_event_that_cannot_be_encoded_becomes_a_fault_with_gapless_seq(tmp_path):
-    """An unencodable agent turn leaves no partial line in the log, and the fault after it takes the next seq."""
+def _two_logged_episodes(tmp_path, make_user, make_agent) -> list[list]:
+    """Runs two episodes into a real log writer and reads each episode's events back from the shard."""
     from dialogsim.engine.log import LogWriter, read_events
 
     shard = tmp_path / "events" / "shard-000.jsonl"
     (tmp_path / "manifest.json").write_text('{"format": "dialogsim-run", "shards": ["events/shard-000.jsonl"]}')
     writer = LogWriter(shard, "episode")
-    user = lambda: ScriptedUser([UserReply(utterance=f"line {i}") for i in range(5)])
-    batch = Batch(run_id="r", scenarios=BuiltinScenarios(), make_user=user, make_agent=_Unencodable, sink=writer,
+    batch = Batch(run_id="r", scenarios=BuiltinScenarios(), make_user=make_user, make_agent=make_agent, sink=writer,
                   settings=RunSettings(episodes=2, think=THINK, latency=LATENCY))
     asyncio.run(batch.run([Job(0), Job(1)]))
     writer.close()
     events = list(read_events(tmp_path))
-    for ep in ("e000000", "e000001"):
-        mine = [e for e in events if e.ep == ep]
+    return [[e for e in events if e.ep == ep] for ep in ("e000000", "e000001")]
+
+
+def test_an_event_that_cannot_be_encoded_becomes_a_fault_with_gapless_seq(tmp_path):
+    """An unencodable agent turn leaves no partial line in the log, and the fault after it takes the next seq."""
+    user = lambda: ScriptedUser([UserReply(utterance=f"line {i}") for i in range(5)])
+    for mine in _two_logged_episodes(tmp_path, user, _Unencodable):
         assert [e.seq for e in mine] == list(range(len(mine)))
         assert [type(e).__name__ for e in mine[-2:]] == ["Fault", "EpisodeEnded"]
         assert "TypeError" in mine[-2].detail and mine[-1].outcome == "error"
@@ -200,20 +204,9 @@ class _UnencodableUser(ScriptedUser):
 def test_a_turn_that_cannot_be_encoded_ends_the_episode_in_its_place(tmp_path):
     """Turns are encoded together when the episode loop hands over; one that cannot be, in the middle of
     them, is logged as a fault with its seq and time, the turns before it kept and none after it."""
-    from dialogsim.engine.log import LogWriter, read_events
-
-    shard = tmp_path / "events" / "shard-000.jsonl"
-    (tmp_path / "manifest.json").write_text('{"format": "dialogsim-run", "shards": ["events/shard-000.jsonl"]}')
-    writer = LogWriter(shard, "episode")
     user = lambda: _UnencodableUser([UserReply(utterance=f"line {i}") for i in range(6)])
-    batch = Batch(run_id="r", scenarios=BuiltinScenarios(), make_user=user,
-                  make_agent=lambda: ScriptedAgent([ScriptLine(utterance=f"a{i}") for i in range(6)]), sink=writer,
-                  settings=RunSettings(episodes=2, think=THINK, latency=LATENCY))
-    asyncio.run(batch.run([Job(0), Job(1)]))
-    writer.close()
-    events = list(read_events(tmp_path))
-    for ep in ("e000000", "e000001"):
-        mine = [e for e in events if e.ep == ep]
+    agent = lambda: ScriptedAgent([ScriptLine(utterance=f"a{i}") for i in range(6)])
+    for mine in _two_logged_episodes(tmp_path, user, agent):
         assert [type(e).__name__ for e in mine] == ["EpisodeStarted"] + ["UserTurn", "AgentTurn"] * 2 + [
             "Fault", "EpisodeEnded"]
         assert [e.seq for e in mine] == list(range(len(mine)))
