@@ -164,13 +164,18 @@ def user_message(turn: UserTurn) -> UserMessage:
     return UserMessage(turn=turn.turn, utterance=turn.utterance, frames=frames, end=turn.end)
 
 
+def agent_message(turn: AgentTurn) -> AgentMessage:
+    """A logged agent turn as a protocol message."""
+    return AgentMessage(turn=turn.turn, utterance=turn.utterance, frames=turn.frames, state=turn.state,
+                        end=turn.end)
+
+
 def event_message(event: Event) -> Message | None:
     """A logged event as a protocol message (None for events that are not part of the conversation)."""
     if isinstance(event, UserTurn):
         return user_message(event)
     if isinstance(event, AgentTurn):
-        return AgentMessage(turn=event.turn, utterance=event.utterance, frames=event.frames, state=event.state,
-                            end=event.end)
+        return agent_message(event)
     if isinstance(event, ToolCalled):
         return ToolCallMessage(call_id=event.call_id, service=event.service, method=event.method,
                                parameters=event.parameters)
@@ -250,23 +255,18 @@ class Transcript:
         for event in history[n:]:
             kind = type(event)
             if kind is AgentTurn:  # the most frequent kinds first, without event_message's isinstance chain
-                raw = encode(AgentMessage(turn=event.turn, utterance=event.utterance, frames=event.frames,
-                                          state=event.state, end=event.end))
+                raw = encode(agent_message(event))
             elif kind is UserTurn:
                 raw = encode(user_message(event))
                 self.users.add(event.turn)
                 self.calls_since_user = 0
                 self.user, self.user_raw = event, raw
-            else:
+            else:  # tool calls and results; other events are not messages
                 m = event_message(event)
                 if m is None:
                     continue
                 raw = encode(m)
-                if isinstance(m, UserMessage):
-                    self.users.add(m.turn)
-                    self.calls_since_user = 0
-                    self.user, self.user_raw = event, raw
-                elif isinstance(m, ToolCallMessage):
+                if isinstance(m, ToolCallMessage):
                     self.called.add(m.call_id)
                     self.calls_since_user += 1
                 elif isinstance(m, ToolResultMessage):
