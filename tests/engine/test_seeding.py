@@ -25,6 +25,12 @@ def test_episode_seeds_differ_by_every_input():
     assert len(seeds) == 4
 
 
+@pytest.mark.parametrize("master, scenario, trial", [(0, "s", 0), (7, "Restaurants_2/3", 12), (-1, "café ✓", 10**9)])
+def test_episode_seed_is_the_stable_hash_it_spells_out(master, scenario, trial):
+    """episode_seed, written out for speed, equals stable_hash("episode", master seed, scenario id, trial)."""
+    assert episode_seed(master, scenario, trial) == stable_hash("episode", master, scenario, trial)
+
+
 @pytest.mark.parametrize("draw", [
     lambda r: [r.random() for _ in range(5)],
     lambda r: [r.randint(0, 10**12) for _ in range(5)],
