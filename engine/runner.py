@@ -47,14 +47,24 @@ class RunSettings(msgspec.Struct, kw_only=True):
 
 
 class Sink:
-    """Where events go: the log writer, or a list in tests."""
+    """Where events go: the log writer, or a list in tests. A sink of your own subclasses this and
+    defines ``append``; the rest have defaults."""
 
-    def append(self, event: Event) -> None: ...
+    def append(self, event: Event) -> None:
+        """Append one event; raise if it cannot be taken (the episode then ends with an engine fault)."""
+        raise NotImplementedError
 
     def append_many(self, events: list[Event]) -> None:
-        """Append events in order, all or none: an error (an event that cannot be encoded) appends none."""
+        """Append events in order, all or none: if one is refused, none is appended.
 
-    def episode_done(self) -> None: ...
+        This default appends one by one, which is all or none only when ``append`` refuses nothing or
+        refuses the first event; a sink that can refuse a later one overrides it.
+        """
+        for event in events:
+            self.append(event)
+
+    def episode_done(self) -> None:
+        """An episode ended (a durable sink may commit)."""
 
     def commit(self) -> None:
         """Make ended episodes durable now (called before the engine waits on a live call)."""

@@ -25,7 +25,7 @@ from ..scenarios.builtin import BuiltinScenarios
 from ..users.base import UserReply
 from ..users.scripted import ScriptedUser
 from .events import AgentTurn, EpisodeEnded, Event, UserTurn, event_type
-from .runner import Batch, Job, RunSettings
+from .runner import Batch, Job, RunSettings, Sink
 from .timing import Delay
 
 __all__ = ["MemoryLog", "simulate", "capture_events", "SleepyAgent", "ScriptedUser", "ScriptedAgent",
@@ -34,20 +34,13 @@ __all__ = ["MemoryLog", "simulate", "capture_events", "SleepyAgent", "ScriptedUs
 _taps: list[list[Event]] = []
 
 
-class MemoryLog(list):
+class MemoryLog(list, Sink):
     """An in-memory event sink: a list of events with a few views for assertions."""
 
     def append(self, event: Event) -> None:  # type: ignore[override]
         super().append(event)
         for tap in _taps:
             tap.append(event)
-
-    def append_many(self, events: list[Event]) -> None:
-        for event in events:
-            self.append(event)
-
-    def episode_done(self) -> None:
-        pass
 
     def of_type(self, kind: str) -> list[Event]:
         """Events of one type, e.g. ``"user_turn"``."""

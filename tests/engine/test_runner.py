@@ -9,7 +9,7 @@ import pytest
 
 from dialogsim.agents.base import AgentFailure, AgentReply, FaultReport, ToolCall
 from dialogsim.engine.events import AgentTurn, EpisodeEnded, Fault, ToolCalled, ToolReturned, UserTurn
-from dialogsim.engine.runner import Batch, Job, RunSettings
+from dialogsim.engine.runner import Batch, Job, RunSettings, Sink
 from dialogsim.engine.testing import (MemoryLog, ScriptedAgent, ScriptLine, SleepyAgent, UserReply, capture_events,
                                       simulate, strip_wall)
 from dialogsim.engine.timing import Arrivals, Delay
@@ -189,6 +189,30 @@ def test_an_event_that_cannot_be_encoded_becomes_a_fault_with_gapless_seq(tmp_pa
         assert [type(e).__name__ for e in mine[-2:]] == ["Fault", "EpisodeEnded"]
         assert "TypeError" in mine[-2].detail and mine[-1].outcome == "error"
         assert sum(isinstance(e, AgentTurn) for e in mine) == 2
+
+
+class _ListSink(Sink):
+    """A user's own sink that defines append alone."""
+
+    def __init__(self) -> None:
+        self.events: list = []
+
+    def append(self, event) -> None:
+        self.events.append(event)
+
+
+def test_a_sink_that_defines_only_append_gets_every_event():
+    """Sink's defaults (append_many one by one, episode_done, commit) serve a sink with append alone: every
+    episode arrives whole, seq gapless from its start to a successful end, turns included."""
+    sink = _ListSink()
+    batch = Batch(run_id="r", scenarios=BuiltinScenarios(), make_user=ScriptedUser, make_agent=ScriptedAgent,
+                  sink=sink, settings=RunSettings(episodes=3, seed=2))
+    asyncio.run(batch.run([Job(i) for i in range(3)]))
+    for ep in ("e000000", "e000001", "e000002"):
+        mine = [e for e in sink.events if e.ep == ep]
+        assert [e.seq for e in mine] == list(range(len(mine)))
+        assert isinstance(mine[-1], EpisodeEnded) and mine[-1].outcome == "success"
+        assert sum(isinstance(e, UserTurn) for e in mine) == sum(isinstance(e, AgentTurn) for e in mine) > 0
 
 
 class _UnencodableUser(ScriptedUser):
