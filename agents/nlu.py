@@ -18,7 +18,7 @@ import re
 from typing import Any
 
 from ..engine.events import Act, SlotSpan
-from ..scenarios.sgd.nlg import builtin_template
+from ..scenarios.sgd.nlg import builtin_template, parse_token
 
 _WEAK = {"has", "the", "number", "name", "type", "date", "time"}  # words of slot names that say little alone
 _WORD = re.compile(r"[a-z0-9]+")
@@ -69,7 +69,6 @@ def _camel_words(name: str) -> set[str]:
 
 _FEAT = re.compile(r"[a-z]+|[0-9]+|#")
 _SENTENCE = re.compile(r"(?<=[.?!])\s+")
-_TOKEN = re.compile(r"^(\w+)(?:\(([^=*)]*)(?:=([^)]*)|\*(\w+))?\))?$")  # ACT, ACT(slot), ACT(slot=v), ACT(slot*n)
 _ONWARD = {"INFORM_INTENT", "INFORM", "REQUEST", "REQUEST_ALTS", "AFFIRM_INTENT"}
 _VOTERS = 5  # how many nearest templates vote on the intent meant
 _NEAR = 0.5  # the least similarity at which a template is trusted over the word rules
@@ -91,11 +90,9 @@ def _holes(tokens: tuple[str, ...], template: list) -> tuple[str, ...]:
     (its ints index the values of its tokens in token order; "*" for a slot-generic one)."""
     values: list[str] = []
     for tok in tokens:
-        m = _TOKEN.match(tok)
-        if m is None or not m.group(2) or m.group(3) is not None and m.group(2) != "*":
-            continue
-        n = m.group(4)
-        values += [m.group(2)] * (int(n) if n and n.isdigit() else 1)
+        parsed = parse_token(tok)
+        if parsed is not None:
+            values += [parsed[1]] * parsed[3]
     return tuple(values[p] if p < len(values) else "*" for p in template if type(p) is int)
 
 
@@ -185,12 +182,12 @@ def _banks(pack: Any, name: str) -> tuple[_Bank, _Bank]:
     # templates seen in several domains (AFFIRM, THANK_YOU, "# please"), and single acts of slots of the
     # same name in other domains
     for tok, tpls in (realizer.generic.get("USER") or {}).items():
-        m = _TOKEN.match(tok)
-        if m and (not m.group(2) or m.group(2) == "*" or (m.group(2) == "intent" and m.group(3) in intents)):
+        parsed = parse_token(tok)
+        if parsed and (parsed[1] in ("", "*") or (parsed[1] == "intent" and parsed[2] in intents)):
             entries += [((tok,), t) for t in tpls]
     for tok, sources in (realizer.by_slot.get("USER") or {}).items():
-        m = _TOKEN.match(tok)
-        if m and (m.group(2) in schema.slots or (m.group(2) == "intent" and m.group(3) in intents)):
+        parsed = parse_token(tok)
+        if parsed and (parsed[1] in schema.slots or (parsed[1] == "intent" and parsed[2] in intents)):
             entries += [((tok,), t) for src in sorted(sources) for t in sources[src]]
     # the schema-phrased sentences users fall back on ("Any city is fine.", "Make sure pets are allowed.")
     for act in _SLOTLESS:
@@ -379,10 +376,10 @@ class ValueMatcher:
         prefer: list[str] = []
         seen: set[tuple[str, str]] = set()
         for tok in tokens:
-            m = _TOKEN.match(tok)
-            if m is None:
+            parsed = parse_token(tok)
+            if parsed is None:
                 continue
-            act, slot, bound, many = m.group(1), m.group(2) or "", m.group(3), m.group(4)
+            act, slot, bound, _ = parsed
             if act == "INFORM" and (bound is None or slot == "*"):
                 if slot and slot != "*":
                     prefer.append(slot)  # a value placeholder: the value comes from matching

@@ -26,7 +26,7 @@ from typing import Any, Iterable
 
 from ..engine.events import Act
 from ..scenarios.sgd import normalize
-from ..scenarios.sgd.nlg import _COUNTED, _NOUNS, _nameish, builtin_template
+from ..scenarios.sgd.nlg import builtin_template, counted_forms, nameish, parse_token
 from ..scenarios.sgd.values import plausible, value_kind
 
 _WS = re.compile(r"\s+")
@@ -71,34 +71,18 @@ def parse_signature(sig: str) -> list[tuple[str, str, list[str] | None, int]] | 
     """The acts of a signature string: (act, slot, bound values or None, placeholder count) per token."""
     out = []
     for tok in sig.split("+"):
-        if "(" not in tok:
-            out.append((tok, "", None, 0))
-            continue
-        if not tok.endswith(")"):
+        parsed = parse_token(tok)
+        if parsed is None:
             return None
-        act, inside = tok[:-1].split("(", 1)
-        if "=" in inside:
-            slot, vals = inside.split("=", 1)
-            out.append((act, slot, vals.split("|"), 0))
-        elif "*" in inside:
-            slot, n = inside.split("*", 1)
-            if not n.isdigit():
-                return None
-            out.append((act, slot, None, int(n)))
-        else:
-            out.append((act, inside, None, 0 if act == "REQUEST" else 1))
+        act, slot, bound, n = parsed
+        out.append((act, slot, None if bound is None else bound.split("|"), n))
     return out
 
 
 def _spellings(text: str, after_value: bool) -> tuple[str, ...]:
     """A literal's spellings: a counted noun right after a value has both numbers ("1 person", "2 people")."""
-    if after_value:
-        m = _COUNTED.match(text)
-        if m:
-            one, many = _NOUNS[m.group(2).lower()]
-            rest = text[m.end():]
-            return tuple(dict.fromkeys((f" {one}{rest}", f" {many}{rest}", text)))
-    return (text,)
+    forms = counted_forms(text) if after_value else None
+    return tuple(dict.fromkeys((*forms, text))) if forms else (text,)
 
 
 _LETTERS = re.compile(r"[a-z]{2,}")
@@ -468,7 +452,7 @@ class Understanding:
             if confirming and not failure:
                 out += [Act(act="CONFIRM", slot=sl, values=[v], canonical_values=[c]) for sl, v, c in values if sl in args]
             elif (question and len(values) == 1 and values[0][0] in args and not _PROPOSING.search(low)
-                  and not _nameish(values[0][0])):
+                  and not nameish(values[0][0])):
                 sl, v, c = values[0]
                 out.append(Act(act="REQUEST", slot=sl, values=[v], canonical_values=[c]))
             else:

@@ -49,6 +49,26 @@ def act_token(act: str, slot: str, values: Sequence[str]) -> tuple[str, bool]:
     return f"{act}({slot}*{len(values)})", True
 
 
+def parse_token(tok: str) -> tuple[str, str, str | None, int] | None:
+    """A signature token read back, the inverse of ``act_token`` and ``generic_token``: its act, its slot ("*"
+    in a generic token), its bound values joined by "|" or None, and how many value placeholders it has;
+    None if it is malformed."""
+    if "(" not in tok:
+        return tok, "", None, 0
+    if not tok.endswith(")"):
+        return None
+    act, inside = tok[:-1].split("(", 1)
+    if "=" in inside:
+        slot, bound = inside.split("=", 1)
+        return act, slot, bound, 0
+    if inside == "*" or "*" not in inside:
+        return act, inside, None, 0 if act == "REQUEST" else 1
+    slot, _, n = inside.partition("*")
+    if not slot:  # generic: "*v" one value, "*x2" two
+        slot, n = "*", "1" if n == "v" else n[1:] if n[:1] == "x" else ""
+    return (act, slot, None, int(n)) if n.isdigit() else None
+
+
 class _Memo(dict):
     """key -> ``compute(key)``, computed on first use; emptied when it outgrows ``limit`` (a bound on memory)."""
 
@@ -149,7 +169,8 @@ def _bound_sentence(speaker: str, act: str, ph: str, value: str) -> str:
     return f"{clause[:1].upper()}{clause[1:]}."
 
 
-def _nameish(slot: str) -> bool:
+def nameish(slot: str) -> bool:
+    """Whether a slot holds the name of the thing itself (a restaurant's name, a song's title)."""
     return slot.endswith("name") or slot.endswith("title") or slot in ("artist", "song", "album", "director")
 
 
@@ -190,7 +211,7 @@ def builtin_template(speaker: str, svc: ServiceSchema | None, act: Act) -> Templ
         for k in range(len(vals)):
             parts += ([", ", k] if 0 < k < len(vals) - 1 else [" or ", k] if k else [k])
         return parts + ["?"]
-    if a == "OFFER" and speaker == "SYSTEM" and _nameish(slot):
+    if a == "OFFER" and speaker == "SYSTEM" and nameish(slot):
         return ["How about ", 0, "?"]
     lead = {("SYSTEM", "CONFIRM"): f"Please confirm the {ph}: ", ("SYSTEM", "OFFER"): f"The {ph} is ",
             ("USER", "REQUEST"): f"Is the {ph} ", ("USER", "SELECT"): f"I'll take this {ph}: ",
@@ -206,7 +227,7 @@ def _listable(speaker: str, act: Act) -> bool:
         return True
     return (len(act.values) == 1 and act.values[0] not in BOUND_VALUES and not act.act.endswith("_INTENT")
             and act.slot not in ("", "count") and (speaker, act.act) in _LIST_LEADS
-            and not (act.act == "OFFER" and _nameish(act.slot)))
+            and not (act.act == "OFFER" and nameish(act.slot)))
 
 
 _LIST_LEADS = {("SYSTEM", "CONFIRM"): ("Please confirm: ", "."), ("SYSTEM", "INFORM"): ("", "."),
@@ -375,7 +396,7 @@ class Realizer:
                         idx = [odd]
                         break
             if act_name == "OFFER":  # the entity's name first, as real systems do
-                idx = sorted(idx, key=lambda i: not _nameish(acts[i].slot))
+                idx = sorted(idx, key=lambda i: not nameish(acts[i].slot))
             plain: list[int] = []  # acts left to the schema-phrased fallback, said together
             # a bare value ("2.") answers a question; next to other acts it reads as a stray number
             for i in idx:
@@ -557,7 +578,7 @@ _NOUNS.update(bus=("bus", "buses"), buses=("bus", "buses"), property=("property"
 _COUNTED = re.compile(r"( )(%s)\b" % "|".join(sorted(_NOUNS, key=len, reverse=True)), re.I)
 
 
-def _agreement(lit: str) -> tuple[str, str] | None:
+def counted_forms(lit: str) -> tuple[str, str] | None:
     """The singular and plural variants of a literal after a value that starts with a counted noun ("_ people"),
     so that the mined wording of "for 4 people" says "for 1 person"; None for any other literal."""
     m = _COUNTED.match(lit)
@@ -570,7 +591,7 @@ def _agreement(lit: str) -> tuple[str, str] | None:
     return f" {one}{rest}", f" {many}{rest}"
 
 
-_AGREEMENT = _Memo(_agreement)  # literals repeat (".", " tonight?") and matching one is the costly part of a bind
+_AGREEMENT = _Memo(counted_forms)  # literals repeat (".", " tonight?") and matching one is the costly part of a bind
 
 
 def _slot_map(source: ServiceSchema, target: ServiceSchema) -> dict[str, str]:
@@ -635,27 +656,21 @@ def _translate(sig: str, slots: dict[str, str], intents: dict[str, str]) -> tupl
     """A signature of one service in another's slot and intent names, and the placeholder permutation."""
     tokens: list[tuple[str, int]] = []  # (target token, placeholder count), in source order
     for tok in sig.split("+"):
-        if "(" not in tok:
-            tokens.append((tok, 0))
-            continue
-        act, inside = tok[:-1].split("(", 1)
-        if "=" in inside:
-            slot, vals = inside.split("=", 1)
-            if act.endswith("_INTENT"):
-                names = [intents.get(v) for v in vals.split("|")]
-                if None in names:
-                    return None
-                tokens.append((f"{act}({slot}={'|'.join(names)})", 0))
-            elif slot in slots:
-                tokens.append((f"{act}({slots[slot]}={vals})", 0))
-            else:
-                return None
-            continue
-        slot, _, n = inside.partition("*")
-        if slot not in slots:
+        parsed = parse_token(tok)
+        if parsed is None:
             return None
-        count = int(n) if n else (0 if act == "REQUEST" else 1)
-        tokens.append((f"{act}({slots[slot]}{'*' + n if n else ''})", count))
+        act, slot, bound, count = parsed
+        if not slot:
+            tokens.append((tok, 0))
+        elif bound is not None and act.endswith("_INTENT"):
+            names = [intents.get(v) for v in bound.split("|")]
+            if None in names:
+                return None
+            tokens.append((f"{act}({slot}={'|'.join(names)})", 0))
+        elif slot in slots:  # the same token in the target's slot name
+            tokens.append((tok.replace(f"({slot}", f"({slots[slot]}", 1), count))
+        else:
+            return None
     order = sorted(range(len(tokens)), key=lambda k: tokens[k][0])
     new_sig = "+".join(tokens[k][0] for k in order)
     if len(set(t for t, _ in tokens)) != len(tokens) and new_sig != sig:

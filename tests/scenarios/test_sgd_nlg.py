@@ -234,3 +234,29 @@ def test_yes_no_values_are_said_as_sentences(speaker, act, value, said):
     from dialogsim.scenarios.sgd.nlg import _bound_sentence
 
     assert _bound_sentence(speaker, act, "if the hotel has wifi", value) == said
+
+
+@pytest.mark.parametrize("act, values, count", [
+    (Act(act="THANK_YOU"), [], 0),
+    (Act(act="REQUEST", slot="city"), [], 0),
+    (Act(act="REQUEST", slot="city", values=["SF"]), [], 1),
+    (Act(act="INFORM", slot="city", values=["SF"]), [], 1),
+    (Act(act="INFORM", slot="city", values=["SF", "LA"]), [], 2),
+    (Act(act="INFORM", slot="city", values=["dontcare"]), ["dontcare"], 0),
+    (Act(act="INFORM_INTENT", slot="intent", values=["FindMovies"]), ["FindMovies"], 0),
+])
+def test_tokens_read_back_as_they_were_made(act, values, count):
+    """parse_token inverts act_token and generic_token: act, slot ("*" when generic), bound values, placeholders."""
+    from dialogsim.scenarios.sgd.nlg import act_token, generic_token, parse_token
+
+    bound = "|".join(values) or None
+    assert parse_token(act_token(act.act, act.slot, act.values)[0]) == (act.act, act.slot, bound, count)
+    generic = act.slot if not act.slot or act.act.endswith("_INTENT") else "*"
+    assert parse_token(generic_token(act)) == (act.act, generic, bound, count)
+
+
+def test_malformed_tokens_read_as_none():
+    """A token with an open bracket or a count that is not a number is malformed."""
+    from dialogsim.scenarios.sgd.nlg import parse_token
+
+    assert [parse_token(t) for t in ("INFORM(city", "INFORM(city*two)", "INFORM(*y)")] == [None] * 3
