@@ -383,11 +383,13 @@ class NativeHttpAgent:
         f, enc, scenario, data = self._f, _request_encoder.encode, ctx.scenario, ctx.scenario.data
         # A request is NativeRequest's JSON, field by field in its order (a test checks the bytes against
         # msgspec's encoding): the parts fixed for the episode are encoded here, once; the tools and the
-        # scenario once per run when episodes share them (a view of a scenario is made of its objects).
+        # scenario once per run when episodes share them (each episode's view of a scenario is a new
+        # object, but made of the scenario's own objects).
         self._head = b'{"protocol":"%s","episode_id":%s,"turn_index":' % (_PROTOCOL, enc(ctx.episode_id))
         self._tools = f.shared.get((ctx.tools,), lambda: b',"tools":%s,"messages":[' % enc(ctx.tools))
-        self._scenario = f.shared.get((scenario.id, scenario.kind, *data, *data.values()), lambda: b',"scenario":%s' % (
-            enc(ScenarioInfo(id=scenario.id, kind=scenario.kind, data=data)) if f.send_scenario else b"null"))
+        info = ScenarioInfo(id=scenario.id, kind=scenario.kind, data=data) if f.send_scenario else None
+        self._scenario = f.shared.get((scenario.id, scenario.kind, *data, *data.values()),
+                                      lambda: b',"scenario":%s' % enc(info))
         self._seed = b',"seed":%s}' % enc(ctx.seed)
 
     def request(self, obs: Observation) -> bytes:
