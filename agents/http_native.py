@@ -25,7 +25,7 @@ from ..engine.events import (Act, AgentTurn, DialogueState, Event, Frame, SlotSp
                              Usage, UserTurn)
 from ..scenarios.base import EpisodeContext, ToolResult, ToolSpec
 from .base import AgentReply, FaultReport, Observation, ToolCall
-from .http_client import HttpPool, HttpSettings, ProtocolError, _number, check_options
+from .http_client import HttpPool, HttpSettings, ProtocolError, Shared, _number, check_options
 
 PROTOCOL = "dialogsim/1"
 
@@ -119,6 +119,7 @@ class NativeResponse(msgspec.Struct, kw_only=True):
 
 
 _request_encoder = msgspec.json.Encoder()
+_PROTOCOL = PROTOCOL.encode()
 _response_decoder = msgspec.json.Decoder(NativeResponse)
 
 
@@ -360,6 +361,9 @@ def latency_mode(options: dict[str, Any]) -> bool:
 # -- the agent -------------------------------------------------------------------------------------
 
 
+_NO_CALLS: list[ToolCall] = []  # the last calls of an agent whose last answer made none (never changed)
+
+
 class NativeHttpAgent:
     """One episode of a live agent behind a dialogsim/1 endpoint."""
 
@@ -367,8 +371,8 @@ class NativeHttpAgent:
 
     def __init__(self, factory: NativeAgentFactory) -> None:
         self._f = factory
-        self._meter = TurnMeter(*factory.prices)
-        self._last_calls: list[ToolCall] = []
+        self._meter: TurnMeter | None = None  # made when the server first reports usage
+        self._last_calls: list[ToolCall] = _NO_CALLS
         self._transcript = Transcript()
         self._turn = -1
         self._elapsed = 0.0
@@ -376,14 +380,17 @@ class NativeHttpAgent:
     def start(self, ctx: EpisodeContext) -> None:
         """Remember the episode's context and encode its fixed parts; nothing is sent until the first turn."""
         self.ctx = ctx
-        enc = _request_encoder.encode
-        scenario = enc(ScenarioInfo(id=ctx.scenario.id, kind=ctx.scenario.kind, data=ctx.scenario.data)
-                       ) if self._f.send_scenario else b"null"
+        f, enc, scenario, data = self._f, _request_encoder.encode, ctx.scenario, ctx.scenario.data
         # A request is NativeRequest's JSON, field by field in its order (a test checks the bytes against
-        # msgspec's encoding): the parts fixed for the episode are encoded here, once.
-        self._head = b'{"protocol":"%s","episode_id":%s,"turn_index":' % (PROTOCOL.encode(), enc(ctx.episode_id))
-        self._tools = b',"tools":%s,"messages":[' % enc(ctx.tools)
-        self._tail = b',"scenario":%s,"seed":%s}' % (scenario, enc(ctx.seed))
+        # msgspec's encoding): the parts fixed for the episode are encoded here, once; the tools and the
+        # scenario once per run when episodes share them (each episode's view of a scenario is a new
+        # object, but made of the scenario's own objects).
+        self._head = b'{"protocol":"%s","episode_id":%s,"turn_index":' % (_PROTOCOL, enc(ctx.episode_id))
+        self._tools = f.shared.get((ctx.tools,), lambda: b',"tools":%s,"messages":[' % enc(ctx.tools))
+        info = ScenarioInfo(id=scenario.id, kind=scenario.kind, data=data) if f.send_scenario else None
+        self._scenario = f.shared.get((scenario.id, scenario.kind, *data, *data.values()),
+                                      lambda: b',"scenario":%s' % enc(info))
+        self._seed = b',"seed":%s}' % enc(ctx.seed)
 
     def request(self, obs: Observation) -> bytes:
         """The body of the request for ``obs`` (the next step of the current turn)."""
@@ -392,8 +399,8 @@ class NativeHttpAgent:
             self._turn, self._elapsed = turn_index, 0.0
         messages, step, user = self._transcript.messages(obs.history, obs.user, obs.tool_results, self._last_calls)
         results = _request_encoder.encode(obs.tool_results) if obs.tool_results else b"[]"
-        return b'%s%d,"step":%d%s%s],"user":%s,"tool_results":%s%s' % (
-            self._head, turn_index, step, self._tools, b",".join(messages), user, results, self._tail)
+        return b'%s%d,"step":%d%s%s],"user":%s,"tool_results":%s%s%s' % (
+            self._head, turn_index, step, self._tools, b",".join(messages), user, results, self._scenario, self._seed)
 
     def respond(self, obs: Observation) -> asyncio.Future[AgentReply]:
         """POST the conversation so far: a future of the reply (retrying per the settings).
@@ -413,18 +420,19 @@ class NativeHttpAgent:
         if self._f.measured_latency:
             self._elapsed += time.perf_counter() - self._sent
         if response.usage is not None:
+            if self._meter is None:
+                self._meter = TurnMeter(*self._f.prices)
             self._meter.add(response.usage.input_tokens, response.usage.output_tokens)
         if response.tool_calls:
             self._last_calls = [ToolCall(service=c.service, method=c.method, parameters=c.parameters,
                                          call_id=c.call_id) for c in response.tool_calls]
             return AgentReply(tool_calls=self._last_calls, faults=faults)
-        self._last_calls = []
+        self._last_calls = _NO_CALLS
         frames = response.frames
-        obs = self._obs
         if not frames and response.acts:
-            service = obs.user.frames[0].service if obs.user.frames else ""
-            frames = [Frame(service=service, actions=response.acts)]
-        usage, cost = self._meter.take()
+            user = self._obs.user
+            frames = [Frame(service=user.frames[0].service if user.frames else "", actions=response.acts)]
+        usage, cost = self._meter.take() if self._meter is not None else (None, None)
         return AgentReply(utterance=response.utterance, frames=frames, state=response.state,
                           tagged_slots=response.tagged_slots, end=response.end,
                           usage=usage, cost=cost, action=response.action, faults=faults,
@@ -449,6 +457,7 @@ class NativeAgentFactory:
         if key:
             self.headers["Authorization"] = f"Bearer {key}"
         self.pool = HttpPool(self.settings, secrets=(key,) if key else (), headers=self.headers)
+        self.shared = Shared()  # encoded tools and scenarios, for the episodes that share them
 
     def __call__(self) -> NativeHttpAgent:
         """A fresh agent for one episode."""

@@ -33,6 +33,7 @@ class Driver:
         self._current: asyncio.Future[Any] | None = None  # the call the driver is blocked on
         self._waiting: dict[simpy.Event, asyncio.Future[Any]] = {}
         self._failure: BaseException | None = None  # raised while _answered stepped, for run() to raise
+        self._then = self._answered  # bound once: given to every call's future
 
     def start(self, awaitable: Awaitable[Any], due: float) -> tuple[asyncio.Future[Any], simpy.Timeout]:
         """Start a call whose result is taken at virtual time ``due``: its future and the timeout to sleep on.
@@ -45,7 +46,7 @@ class Driver:
         """
         future = awaitable if isinstance(awaitable, asyncio.Future) else asyncio.ensure_future(awaitable)
         if hasattr(future, "then"):
-            future.then = self._answered
+            future.then = self._then
         env = self.env
         # Timeout(env, ...) is env.timeout(...) without simpy's per-access bound-class wrapper; _now is env.now
         timeout = Timeout(env, max(0.0, due - env._now))

@@ -340,11 +340,11 @@ class Batch:
                     except _Unlogged:
                         _abandon(first)
                         raise
-                    if t > env.now:
-                        yield env.timeout(t - env.now)
+                    if t > env._now:  # env._now is env.now without its property, as the driver reads it
+                        yield env.timeout(t - env._now)
                     future, wake = start_call(first, due)
                     yield wake
-                    due = env.now
+                    due = env._now
                     try:
                         first = future.result()
                     except Exception as exc:

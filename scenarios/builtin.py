@@ -108,6 +108,10 @@ class BuiltinScenarios:
     def __init__(self, scenarios: list[Scenario] | None = None, tables: dict[str, Any] | None = None) -> None:
         self.scenarios = scenarios if scenarios is not None else SCENARIOS
         self.tables = tables if tables is not None else TABLES
+        # Every scenario may call every table: one list, built once, that no user or agent changes.
+        self._tools = [ToolSpec(service=s, method=m, parameters={"type": "object", "properties": {
+                           k: {"type": "string"} for k in rows[0]} if rows else {}})
+                       for s, methods in self.tables.items() for m, rows in methods.items()]
 
     def draw(self, index: int, seed: int) -> tuple[Scenario, int]:
         return self.scenarios[index % len(self.scenarios)], index // len(self.scenarios)
@@ -116,9 +120,7 @@ class BuiltinScenarios:
         return TableWorld(self.tables)
 
     def tools(self, scenario: Scenario) -> list[ToolSpec]:
-        return [ToolSpec(service=s, method=m, parameters={"type": "object", "properties": {
-                    k: {"type": "string"} for k in rows[0]} if rows else {}})
-                for s, methods in self.tables.items() for m, rows in methods.items()]
+        return self._tools
 
 
 register_scenarios("builtin", lambda arg: BuiltinScenarios())

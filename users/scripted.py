@@ -24,10 +24,7 @@ class ScriptedUser:
         self.agent_ended_early = False
 
     def start(self, ctx: EpisodeContext) -> None:
-        lines = self._fixed if self._fixed is not None else script_lines(ctx.scenario.data.get("user", []))
-        self.lines = list(lines)
-        if self.lines and not self.lines[-1].end:
-            self.lines[-1] = msgspec.structs.replace(self.lines[-1], end=True)
+        self.lines = _ending(self._fixed) if self._fixed is not None else _prepare(ctx.scenario.data.get("user", []))
         self.said = 0
 
     def respond(self, agent: AgentTurn | None) -> UserReply | None:
@@ -49,6 +46,32 @@ class ScriptedUser:
 def script_lines(raw: list[Any]) -> list[UserReply]:
     """User lines from JSON: strings or objects with the fields of UserReply."""
     return [UserReply(utterance=x) if isinstance(x, str) else msgspec.convert(x, UserReply) for x in raw]
+
+
+def _ending(lines: list[UserReply]) -> list[UserReply]:
+    """The lines with the last one ending the episode."""
+    lines = list(lines)
+    if lines and not lines[-1].end:
+        lines[-1] = msgspec.structs.replace(lines[-1], end=True)
+    return lines
+
+
+# Scenario scripts prepared once and shared by every user that speaks them (the engine never changes a
+# reply), as the scripted agent does: keyed by the source list's identity, holding it so that the id
+# cannot be reused; bounded.
+_PREPARED: dict[int, tuple[list[Any], list[UserReply]]] = {}
+_PREPARED_MAX = 256
+
+
+def _prepare(source: list[Any]) -> list[UserReply]:
+    hit = _PREPARED.get(id(source))
+    if hit is not None and hit[0] is source:
+        return hit[1]
+    lines = _ending(script_lines(source))
+    if len(_PREPARED) >= _PREPARED_MAX:
+        _PREPARED.clear()
+    _PREPARED[id(source)] = (source, lines)
+    return lines
 
 
 def _factory(arg: str | None, scenarios: Any, options: dict[str, Any]):

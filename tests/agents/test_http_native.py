@@ -317,6 +317,36 @@ def test_the_assembled_body_is_byte_for_byte_msgspecs_encoding(send_scenario):
                              if send_scenario == "true" else None)
         assert body == msgspec.json.encode(want)
 
+
+
+def test_episodes_of_one_factory_share_encodings_only_of_the_same_objects():
+    """Episodes of the built-in scenarios, each with its own agent view, share the encoded scenario and tools,
+    and every body is still msgspec's encoding of its own episode's request (also for a scenario whose data
+    is equal but not the same objects, and one that differs)."""
+    from dialogsim.agents.base import Observation
+    from dialogsim.agents.http_native import NativeRequest, ScenarioInfo, user_message
+    from dialogsim.engine.events import UserTurn
+    from dialogsim.scenarios.base import EpisodeContext, Scenario
+    from dialogsim.scenarios.builtin import BuiltinScenarios
+
+    sc = BuiltinScenarios()
+    factory = http_agent_factory("http://127.0.0.1:1", None, {})
+    first = sc.draw(0, 0)[0]
+    copy = Scenario(id=first.id, kind=first.kind, data=msgspec.json.decode(msgspec.json.encode(first.data)))
+    changed = Scenario(id=first.id, kind=first.kind, data={**first.data, "agent": []})
+    scenarios = [sc.draw(i, 0)[0] for i in range(6)] + [copy, changed]
+    for i, scenario in enumerate(scenarios):
+        view, tools = scenario.agent_view(), sc.tools(scenario)
+        agent = factory()
+        agent.start(EpisodeContext(episode_id=f"e{i}", scenario=view, tools=tools, rng=None, seed=i))
+        said = UserTurn(run="r", ep=f"e{i}", seq=1, t=0.0, wall=0, turn=0, utterance="Hi.")
+        want = NativeRequest(episode_id=f"e{i}", turn_index=1, tools=tools, messages=[user_message(said)],
+                             user=user_message(said), seed=i, scenario=ScenarioInfo(id=view.id, kind=view.kind,
+                                                                                    data=view.data))
+        assert agent.request(Observation(user=said, history=[said], turn_index=1)) == msgspec.json.encode(want)
+    assert len(factory.shared._entries) == 1 + 3 + 2  # the tools; the three scenarios; the copy and the change
+
+
 def test_tls_certificates_are_verified_by_default(tmp_path):
     """A self-signed server: refused at once by default (a fault, outcome error), accepted with verify_tls=false."""
     import shutil
