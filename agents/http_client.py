@@ -161,26 +161,6 @@ def backoff_delay(attempt: int, settings: HttpSettings, rng: random.Random, retr
     return delay
 
 
-class Shared:
-    """Values built once and shared by a factory's episodes, such as the encoding of a scenario or of its
-    tools: keyed by the identity of the objects they are built from (which the engine never changes) and
-    holding those objects, so that an id cannot be reused while its entry lives. Cleared when full."""
-
-    def __init__(self, limit: int = 256) -> None:
-        self._entries: dict[tuple[int, ...], tuple[tuple[Any, ...], Any]] = {}
-        self._limit = limit
-
-    def get(self, parts: tuple[Any, ...], build: Callable[[], T]) -> T:
-        """The value built from ``parts`` (by ``build``, unless these very objects were seen before)."""
-        key = tuple(map(id, parts))
-        hit = self._entries.get(key)
-        if hit is None:
-            if len(self._entries) >= self._limit:
-                self._entries.clear()
-            hit = self._entries[key] = (parts, build())
-        return hit[1]
-
-
 def _safe_url(url: str) -> str:
     """A URL fit for a log: no query string and no user:password part (either may hold a credential)."""
     parts = urllib.parse.urlsplit(url)

@@ -23,9 +23,10 @@ from ..engine.errors import UserError
 from ..engine.registry import register_agent
 from ..engine.events import (Act, AgentTurn, DialogueState, Event, Frame, SlotSpan, ToolCalled, ToolReturned,
                              Usage, UserTurn)
+from ..engine.memo import IdentityMemo
 from ..scenarios.base import EpisodeContext, ToolResult, ToolSpec
 from .base import AgentReply, FaultReport, Observation, ToolCall
-from .http_client import HttpPool, HttpSettings, ProtocolError, Shared, _number, check_options
+from .http_client import HttpPool, HttpSettings, ProtocolError, _number, check_options
 
 PROTOCOL = "dialogsim/1"
 
@@ -457,7 +458,7 @@ class NativeAgentFactory:
         if key:
             self.headers["Authorization"] = f"Bearer {key}"
         self.pool = HttpPool(self.settings, secrets=(key,) if key else (), headers=self.headers)
-        self.shared = Shared()  # encoded tools and scenarios, for the episodes that share them
+        self.shared = IdentityMemo()  # encoded tools and scenarios, for the episodes that share them
 
     def __call__(self) -> NativeHttpAgent:
         """A fresh agent for one episode."""

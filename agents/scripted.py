@@ -7,6 +7,7 @@ from typing import Any
 
 import msgspec
 
+from ..engine.memo import IdentityMemo
 from ..engine.registry import register_agent
 from ..scenarios.base import EpisodeContext
 from .base import AgentReply, Observation, ToolCall
@@ -62,23 +63,18 @@ class ScriptedAgent:
         return AgentReply(utterance=line.utterance, end=line.end)
 
 
-# Scripts prepared once and shared by every agent that speaks them (the engine never changes a reply):
-# keyed by the source list's identity, holding the list so that the id cannot be reused; bounded.
-_PREPARED: dict[int, tuple[list[Any], list[ScriptLine], list[AgentReply | None]]] = {}
-_PREPARED_MAX = 256
+# Scripts prepared once and shared by every agent that speaks them (the engine never changes a reply)
+_PREPARED = IdentityMemo()
 
 
 def _prepare(source: list[Any]) -> tuple[list[ScriptLine], list[AgentReply | None]]:
     """A script's lines and one reply per plain line (None for a line that calls tools first)."""
-    hit = _PREPARED.get(id(source))
-    if hit is not None and hit[0] is source:
-        return hit[1], hit[2]
-    lines = msgspec.convert(source, list[ScriptLine])
-    replies = [None if line.tool_calls else AgentReply(utterance=line.utterance, end=line.end) for line in lines]
-    if len(_PREPARED) >= _PREPARED_MAX:
-        _PREPARED.clear()
-    _PREPARED[id(source)] = (source, lines, replies)
-    return lines, replies
+    def build() -> tuple[list[ScriptLine], list[AgentReply | None]]:
+        lines = msgspec.convert(source, list[ScriptLine])
+        return lines, [None if line.tool_calls else AgentReply(utterance=line.utterance, end=line.end)
+                       for line in lines]
+
+    return _PREPARED.get((source,), build)
 
 
 def _factory(arg: str | None, scenarios: Any, options: dict[str, Any]):

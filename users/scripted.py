@@ -7,6 +7,7 @@ from typing import Any
 import msgspec
 
 from ..engine.events import AgentTurn
+from ..engine.memo import IdentityMemo
 from ..engine.registry import register_user
 from ..scenarios.base import EpisodeContext
 from .base import UserReply, Verdict
@@ -56,22 +57,12 @@ def _ending(lines: list[UserReply]) -> list[UserReply]:
     return lines
 
 
-# Scenario scripts prepared once and shared by every user that speaks them (the engine never changes a
-# reply), as the scripted agent does: keyed by the source list's identity, holding it so that the id
-# cannot be reused; bounded.
-_PREPARED: dict[int, tuple[list[Any], list[UserReply]]] = {}
-_PREPARED_MAX = 256
+# Scenario scripts prepared once and shared by every user that speaks them (the engine never changes a reply)
+_PREPARED = IdentityMemo()
 
 
 def _prepare(source: list[Any]) -> list[UserReply]:
-    hit = _PREPARED.get(id(source))
-    if hit is not None and hit[0] is source:
-        return hit[1]
-    lines = _ending(script_lines(source))
-    if len(_PREPARED) >= _PREPARED_MAX:
-        _PREPARED.clear()
-    _PREPARED[id(source)] = (source, lines)
-    return lines
+    return _PREPARED.get((source,), lambda: _ending(script_lines(source)))
 
 
 def _factory(arg: str | None, scenarios: Any, options: dict[str, Any]):

@@ -344,7 +344,7 @@ def test_episodes_of_one_factory_share_encodings_only_of_the_same_objects():
                              user=user_message(said), seed=i, scenario=ScenarioInfo(id=view.id, kind=view.kind,
                                                                                     data=view.data))
         assert agent.request(Observation(user=said, history=[said], turn_index=1)) == msgspec.json.encode(want)
-    assert len(factory.shared._entries) == 1 + 3 + 2  # the tools; the three scenarios; the copy and the change
+    assert len(factory.shared) == 1 + 3 + 2  # the tools; the three scenarios; the copy and the change
 
 
 def test_tls_certificates_are_verified_by_default(tmp_path):
