@@ -388,9 +388,12 @@ class NativeHttpAgent:
         # object, but made of the scenario's own objects).
         self._head = b'{"protocol":"%s","episode_id":%s,"turn_index":' % (_PROTOCOL, enc(ctx.episode_id))
         self._tools = f.shared.get((ctx.tools,), lambda: b',"tools":%s,"messages":[' % enc(ctx.tools))
-        info = ScenarioInfo(id=scenario.id, kind=scenario.kind, data=data) if f.send_scenario else None
-        self._scenario = f.shared.get((scenario.id, scenario.kind, *data, *data.values()),
-                                      lambda: b',"scenario":%s' % enc(info))
+
+        def scenario_part() -> bytes:  # built only when these objects were not seen before
+            info = ScenarioInfo(id=scenario.id, kind=scenario.kind, data=data) if f.send_scenario else None
+            return b',"scenario":%s' % enc(info)
+
+        self._scenario = f.shared.get((scenario.id, scenario.kind, *data, *data.values()), scenario_part)
         self._seed = b',"seed":%s}' % enc(ctx.seed)
 
     def request(self, obs: Observation) -> bytes:
