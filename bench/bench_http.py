@@ -16,8 +16,13 @@ a 20 ms endpoint with think time 0 and with the default think/latency models. Ev
 requests in flight on average (wire time over wall span, from the agent's pool): the concurrency actually
 achieved, so a driver that serialises live calls shows ~1 there whatever ``--concurrency`` says; and the
 client's CPU time per request (getrusage of this process), which other load on the machine hardly moves.
+``--single run|raw`` makes one measurement of one side and nothing else, to count it under valgrind
+(the server is a child process, which valgrind leaves alone): the difference between two ``--requests``
+counts is the per-request cost without start-up, e.g.
 
-    python bench/bench_http.py [--requests 10000] [--concurrency 16 64] [--rounds 3] [--with-think]
+    valgrind --tool=cachegrind --cache-sim=yes --LL=1048576,8,64 python bench/bench_http.py --single run --requests 3000
+
+    python bench/bench_http.py [--requests 10000] [--concurrency 16 64] [--rounds 3] [--with-think] [--single run|raw]
 """
 
 from __future__ import annotations
@@ -223,6 +228,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3, help="paired measurement rounds per concurrency")
     parser.add_argument("--with-think", action="store_true",
                         help="also measure against a 20 ms endpoint with think time 0 and with the default models")
+    parser.add_argument("--single", choices=["run", "raw"],
+                        help="one measurement of one side at the first concurrency, no warm-up (for valgrind)")
     args = parser.parse_args()
     if args.serve:
         serve(0)
@@ -235,6 +242,15 @@ def main() -> None:
         request = sample_request()
         per_episode = 10 / 3  # built-in scenarios: 2, 5 and 3 agent turns
         episodes = max(1, int(args.requests / per_episode))
+        if args.single:
+            c = args.concurrency[0]
+            if args.single == "run":
+                rate, n, _, _ = dialogsim_run(url, c, episodes, args.durability)
+            else:
+                n = args.requests
+                rate, _ = asyncio.run(raw_loop(url, c, n, request))
+            print(f"{args.single}: {n} requests at concurrency {c}, {rate:.0f} req/s")
+            return
         asyncio.run(raw_loop(url, 8, 500, request))  # warm-up: connections, server code paths
         dialogsim_run(url, 8, 150, args.durability)
         print(f"server: {args.server} ({url}), {os.cpu_count()} CPUs, body {len(msgspec.json.encode(request))} bytes, "
