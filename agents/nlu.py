@@ -167,12 +167,20 @@ class _Bank:
         return acc[k] / (norm[k] * math.sqrt(qnorm)), tokens, docs[k][2], docs[k][3], docs[k][4]
 
 
-def _banks(pack: Any, name: str) -> tuple[_Bank, _Bank]:
-    """The service's template bank and the bank of its templates that name an intent (built once per pack)."""
-    per_pack = pack.derived("nlu")
-    got = per_pack.get(name)
-    if got is not None:
+class _Banks(dict):
+    """Service name -> its two template banks (``_banks``), built on first use; one per pack (``pack.derive``)."""
+
+    def __init__(self, pack: Any) -> None:
+        super().__init__()
+        self.pack = pack
+
+    def __missing__(self, name: str) -> tuple[_Bank, _Bank]:
+        got = self[name] = _banks(self.pack, name)
         return got
+
+
+def _banks(pack: Any, name: str) -> tuple[_Bank, _Bank]:
+    """The service's template bank and the bank of its templates that name an intent."""
     realizer, schema = pack.realizer, pack.service(name)
     intents = set(schema.intents)
     entries: list[tuple[tuple[str, ...], list]] = []
@@ -203,7 +211,6 @@ def _banks(pack: Any, name: str) -> tuple[_Bank, _Bank]:
             entries.append(((tok,), builtin_template("USER", schema, Act(act="INFORM", slot=slot, values=[v]))))
     full = _Bank(entries)
     named = _Bank([e for e in entries if any(t.startswith("INFORM_INTENT") for t in e[0])])
-    per_pack[name] = (full, named)
     return full, named
 
 
@@ -359,7 +366,7 @@ class ValueMatcher:
                 found[name] = self._find(low, name)
             feats = _features(_delex(low, found[name], a, b))
             values = [{o[0] for o in opts} for s, e, opts in found[name] if s >= a and e <= b]
-            full, named = _banks(self.pack, name)
+            full, named = self.pack.derive(_Banks)[name]
             score, tokens, holes, parts, said = (full if name == home else named).best(feats, values)
             if name != home:
                 score -= 0.05  # a tie stays with the service being talked about

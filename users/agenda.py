@@ -866,10 +866,12 @@ def _hold(held: _Held, slot: str, canon: str, spoken: str) -> None:
     held.changed[slot] = None
 
 
-def _services_of(pack: Any) -> dict[str, _Service]:
-    """The pack's services as the user needs them, shared by every run over the pack: schemas and entity
-    tables do not change, so the indexes built on demand (``rows_with``) are built once."""
-    return pack.derived("agenda")
+class _Services(dict):
+    """Service name -> _Service, one per pack (``pack.derive(_Services)``) shared by every user over it:
+    schemas and entity tables do not change, so the indexes built on demand (``rows_with``) are built once."""
+
+    def __init__(self, pack: Any) -> None:
+        super().__init__()
 
 
 _OPTIONS = {"patience": int, "verbosity": float, "alts_rate": float, "max_alts": int, "request_first": float}
@@ -900,7 +902,7 @@ def make_factory(arg: str | None, scenarios: Any, options: dict[str, Any]) -> An
     if pack is None:
         raise UserError("agenda user: needs SGD scenarios (--scenarios sgd or a pack directory), "
                         f"not {getattr(scenarios, 'name', type(scenarios).__name__)!r}")
-    services = _services_of(pack)
+    services = pack.derive(_Services)
 
     def make() -> AgendaUser:
         return AgendaUser(pack, noise=noise, services=services, **kwargs)

@@ -30,12 +30,7 @@ from .pack import Pack
 from .schema import IntentSchema, ServiceSchema
 from .pairs import is_date, order_dates, slot_pairs
 from .values import ANY_VALUES, _kind, value_kind
-from .world import _tables_of
-
-
-def _memo(pack: Pack) -> dict[Any, Any]:
-    """Per-pack cache of everything a draw derives from the pack alone (weights, links, pools)."""
-    return pack.derived("goals")
+from .world import indexed_tables
 
 
 class _IntentFacts:
@@ -47,7 +42,7 @@ class _IntentFacts:
                  "links", "ahead")
 
     def __init__(self, pack: Pack, svc: ServiceSchema, intent: IntentSchema) -> None:
-        tables = _tables_of(pack)
+        tables = pack.derive(indexed_tables)
         self.intent = intent
         self.table = table = tables.get((svc.name, intent.name))
         self.rows = pack.entities(svc.name, intent.name) if not intent.is_transactional else []
@@ -94,23 +89,18 @@ class _ServiceFacts:
 
 
 class _Facts(dict):
-    """Service name -> _ServiceFacts, built on first use (an unknown service is a UserError)."""
+    """Service name -> _ServiceFacts, built on first use (an unknown service is a UserError); with the slot
+    kinds and service pools judged so far. One per pack: ``pack.derive(_Facts)``."""
 
     def __init__(self, pack: Pack) -> None:
         super().__init__()
         self.pack = pack
+        self.kinds: dict[tuple[str, str], str] = {}  # (service, slot) -> _vkind
+        self.pools: dict[tuple[str, ...] | None, tuple[list[str], Any]] = {}  # services asked -> pool, weights
 
     def __missing__(self, name: str) -> _ServiceFacts:
         got = self[name] = _ServiceFacts(self.pack, self.pack.service(name))
         return got
-
-
-def _facts(pack: Pack) -> _Facts:
-    memo = _memo(pack)
-    got = memo.get("facts")
-    if got is None:
-        got = memo["facts"] = _Facts(pack)
-    return got
 
 
 def _weights(items: dict[str, float]) -> tuple[list[str], list[float]] | None:
@@ -234,16 +224,15 @@ def _compatible(source: str, target: str) -> bool:
 
 def _vkind(pack: Pack, service: str, slot: str) -> str:
     """The kind of a slot, judged by its values too (a "location" of stations is a place)."""
-    key = ("vkind", service, slot)
-    memo = _memo(pack)
-    kind = memo.get(key)
+    kinds = pack.derive(_Facts).kinds
+    kind = kinds.get((service, slot))
     if kind is None:
-        kind = memo[key] = value_kind(pack.service(service).slots[slot], pack.value_pool(service, slot))
+        kind = kinds[(service, slot)] = value_kind(pack.service(service).slots[slot], pack.value_pool(service, slot))
     return kind
 
 
 def _pairs(pack: Pack, svc: ServiceSchema) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
-    sf = _facts(pack)[svc.name]
+    sf = pack.derive(_Facts)[svc.name]
     return sf.places, sf.dates
 
 
@@ -515,18 +504,17 @@ def sample_goal(pack: Pack, rng: random.Random, services: list[str] | None = Non
 
     ``sequence`` fixes the services and their order instead of drawing them.
     """
-    facts = _facts(pack)
+    facts = pack.derive(_Facts)
     if sequence:
         order = [pack.service(s).name for s in sequence]
     else:
-        memo = _memo(pack)
-        key = ("pool", tuple(services) if services else None)
-        drawn = memo.get(key)
+        key = tuple(services) if services else None
+        drawn = facts.pools.get(key)
         if drawn is None:
             pool = sorted(services) if services else sorted(pack.mined_services) or pack.services
             for s in pool:
                 pack.service(s)  # an unknown service is a UserError
-            drawn = memo[key] = (pool, _service_weights(pack, pool))
+            drawn = facts.pools[key] = (pool, _service_weights(pack, pool))
         share = pack.stats.get("multi_service_share", 0.3) if multi_share is None else multi_share
         order = _services_for(rng, *drawn, share)
     steps = [(facts[name], it) for name in order for it in _chain(facts[name], rng)]

@@ -12,7 +12,7 @@ import gzip
 import random
 import re
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, TypeVar
 
 import msgspec
 
@@ -28,6 +28,9 @@ _TIMEISH = re.compile(r"^\d{1,2}:\d{2}$|^\d{4}-\d{2}-\d{2}$")
 
 
 _MISS = object()
+
+
+T = TypeVar("T")
 
 
 class Pack:
@@ -58,16 +61,18 @@ class Pack:
         self._global = {c: _weighted(vs) for c, vs in values.get("global", {}).items()}
         self._pools: dict[str, dict[str, list[str]]] = values.get("pools", {})
         self._reverse: dict[str, dict[str, dict[str, str]]] = {}
-        self._derived: dict[str, dict[Any, Any]] = {}  # derived(): owner -> its cache
+        self._derived: dict[Callable[[Pack], Any], Any] = {}  # derive(): builder -> what it built
         self.realizer = Realizer({sp: templates.get(sp, {}) for sp in ("USER", "SYSTEM")},
                                  templates.get("generic", {}), self._svc, templates.get("slot", {}))
 
-    def derived(self, owner: str) -> dict[Any, Any]:
-        """``owner``'s cache of facts derived from this pack alone (a loaded pack never changes), made on first use."""
-        cache = self._derived.get(owner)
-        if cache is None:
-            cache = self._derived[owner] = {}
-        return cache
+    def derive(self, build: Callable[[Pack], T]) -> T:
+        """``build(self)``, made on first use and kept: facts derived from this pack alone (a loaded pack never
+        changes), shared by everything that uses the pack; ``build`` is the key, so each builder has its own."""
+        try:
+            return self._derived[build]
+        except KeyError:
+            got = self._derived[build] = build(self)
+            return got
 
     def service(self, name: str) -> ServiceSchema:
         """The typed schema of a service; UserError for an unknown one."""

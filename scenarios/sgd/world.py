@@ -85,8 +85,8 @@ class SgdWorld:
         self.rng = rng
         self.failure_rate = failure_rate
         self.max_results = max_results
-        self._specs = _specs_of(pack)
-        self._by_service = _by_service_of(pack)
+        self._specs = pack.derive(_specs)
+        self._by_service = pack.derive(_by_service)
 
     def call(self, service: str, method: str, parameters: dict[str, Any]) -> tuple[list[dict[str, Any]] | None, str | None]:
         """Run one call: (rows, None), ([], None) when nothing matches or a booking fails, (None, error)."""
@@ -179,34 +179,27 @@ class SgdWorld:
         return [row]
 
 
-def _tables_of(pack: Pack) -> dict[tuple[str, str], _Table]:
-    """The indexed tables of a pack, built once per pack object and shared (read-only) by its worlds."""
-    cache = pack.derived("world")
-    got = cache.get("tables")
-    if got is None:
-        caps = _caps(pack)
-        got = {}
-        for svc, intents in pack._tables.items():
-            schema = pack.service(svc)
-            for intent, rows in intents.items():
-                names = [c for c in schema.intents[intent].result_slots if _is_name(c) and rows and c in rows[0]
-                         and _kind(schema.slots[c]) != "station"]
-                got[(svc, intent)] = _Table(rows, pack.echo.get(svc, {}).get(intent, []),
-                                            schema.intents[intent].result_slots,
-                                            caps.get((svc, intent)) or caps.get(intent) or 10,
-                                            names[0] if names else None)
-        cache["tables"] = got
+def indexed_tables(pack: Pack) -> dict[tuple[str, str], _Table]:
+    """The indexed tables of a pack, per (service, intent); use ``pack.derive(indexed_tables)``, built once per pack."""
+    caps = _caps(pack)
+    got = {}
+    for svc, intents in pack._tables.items():
+        schema = pack.service(svc)
+        for intent, rows in intents.items():
+            names = [c for c in schema.intents[intent].result_slots if _is_name(c) and rows and c in rows[0]
+                     and _kind(schema.slots[c]) != "station"]
+            got[(svc, intent)] = _Table(rows, pack.echo.get(svc, {}).get(intent, []),
+                                        schema.intents[intent].result_slots,
+                                        caps.get((svc, intent)) or caps.get(intent) or 10,
+                                        names[0] if names else None)
     return got
 
 
-def _by_service_of(pack: Pack) -> dict[str, list[_Table]]:
+def _by_service(pack: Pack) -> dict[str, list[_Table]]:
     """Per service, the tables of its search intents (in intent order): where a booking looks its entity up."""
-    cache = pack.derived("world")
-    got = cache.get("by_service")
-    if got is None:
-        got = cache["by_service"] = {}
-        for (svc, _), table in sorted(_tables_of(pack).items()):
-            got.setdefault(svc, []).append(table)
+    got: dict[str, list[_Table]] = {}
+    for (svc, _), table in sorted(pack.derive(indexed_tables).items()):
+        got.setdefault(svc, []).append(table)
     return got
 
 
@@ -221,22 +214,18 @@ def _caps(pack: Pack) -> dict[Any, int]:
     return caps
 
 
-def _specs_of(pack: Pack) -> dict[tuple[str, str], tuple]:
+def _specs(pack: Pack) -> dict[tuple[str, str], tuple]:
     """Per (service, intent): required slots, allowed slots, categorical value sets, defaults, kind, results and
     the intent's table (None when the pack has no rows for it)."""
-    cache = pack.derived("world")
-    got = cache.get("specs")
-    if got is None:
-        got = {}
-        tables = _tables_of(pack)
-        for name in pack.services:
-            svc = pack.service(name)
-            for intent in svc.intents.values():
-                allowed = frozenset(intent.required_slots) | frozenset(intent.optional_slots)
-                categorical = {s: frozenset(svc.slots[s].possible_values) | {"dontcare"}
-                               for s in allowed if svc.is_categorical(s)}
-                got[(name, intent.name)] = (intent.required_slots, allowed, categorical, dict(intent.optional_slots),
-                                            intent.is_transactional, intent.result_slots,
-                                            tables.get((name, intent.name)))
-        cache["specs"] = got
+    got = {}
+    indexed = pack.derive(indexed_tables)
+    for name in pack.services:
+        svc = pack.service(name)
+        for intent in svc.intents.values():
+            allowed = frozenset(intent.required_slots) | frozenset(intent.optional_slots)
+            categorical = {s: frozenset(svc.slots[s].possible_values) | {"dontcare"}
+                           for s in allowed if svc.is_categorical(s)}
+            got[(name, intent.name)] = (intent.required_slots, allowed, categorical, dict(intent.optional_slots),
+                                        intent.is_transactional, intent.result_slots,
+                                        indexed.get((name, intent.name)))
     return got

@@ -338,3 +338,18 @@ def test_value_pools_hold_values_of_the_slots_kind():
         assert not any(v.endswith(" event") for v in pack.value_pool(name, "venue"))
     assert not {"savings", "checking"} & set(pack.value_pool("Payment_1", "receiver"))
     assert all(v.isdigit() for v in pack.value_pool("RideSharing_2", "wait_time"))
+
+
+def test_derive_builds_each_fact_once_per_pack(small_pack):
+    """``derive`` calls a builder once per pack and returns what it built; each builder keeps its own."""
+    _, pack = small_pack
+    calls = []
+
+    def services(p):
+        calls.append(p)
+        return sorted(p.services)
+
+    first = pack.derive(services)
+    assert pack.derive(services) is first and calls == [pack]
+    assert first == sorted(pack.services)
+    assert pack.derive(lambda p: "other") == "other"  # a different builder, a different fact
