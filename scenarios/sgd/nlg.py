@@ -19,6 +19,7 @@ import re
 from typing import Any, Callable, Sequence
 
 from ...engine.events import Act, SlotSpan
+from ...engine.memo import IdentityMemo
 from .schema import ServiceSchema
 
 BOUND_VALUES = frozenset({"True", "False", "dontcare"})
@@ -295,7 +296,7 @@ class Realizer:
         # plan is mostly one act, said in many plans): binding them is most of the cost of a new plan
         self._wordings: dict[tuple[str, str, str], list[_Bound]] = {}  # (speaker, service, signature)
         self._singles: dict[tuple[str, str, str, bool], list[_Bound] | None] = {}  # (speaker, service, token, worded)
-        self._openers: dict[int, tuple[list[_Bound], list[_Bound]]] = {}  # id(bound) -> (bound, standalone ones)
+        self._openers = IdentityMemo(limit=100_000)  # a list of bound templates -> its standalone ones
         # (speaker, service, act tokens in the caller's order) -> (alternatives with the caller's act indices,
         # cumulative weights, its wordings when it places no value): no sort or join per call
         self._fast: dict[tuple, tuple[list[list[tuple[tuple[int, ...], list[_Bound]]]], list[int],
@@ -432,11 +433,11 @@ class Realizer:
 
     def _standalone(self, tpls: list[_Bound]) -> list[_Bound]:
         """The bound templates that open a dialogue well (all of them when none does), once per list."""
-        hit = self._openers.get(id(tpls))
-        if hit is None or hit[0] is not tpls:  # the entry holds the list, so its id is not reused while cached
+        def build() -> list[_Bound]:
             kept = [t for t in tpls if not _FOLLOWS_UP[" _ ".join([t[0], *(step[3] for step in t[1])]).strip()]]
-            hit = self._openers[id(tpls)] = (tpls, kept or tpls)
-        return hit[1]
+            return kept or tpls
+
+        return self._openers.get((tpls,), build)
 
     def realize(self, speaker: str, service: str, acts: list[Act], rng: random.Random) -> tuple[str, list[SlotSpan]]:
         """The utterance for one frame's acts and the spans of the non-categorical values placed in it."""
