@@ -17,10 +17,9 @@ import random
 from operator import attrgetter, itemgetter
 from typing import Any
 
+from ..engine.contracts import AgentReply, EpisodeContext, Observation, ToolCall
 from ..engine.events import Act, DialogueState, Frame, SlotSpan
-from ..scenarios.base import EpisodeContext
 from ..scenarios.sgd.values import ANY_VALUES
-from .base import AgentReply, Observation, ToolCall
 from .nlu import ValueMatcher
 
 _NAMEISH = ("name", "title", "airlines", "car_name", "operator")
@@ -526,12 +525,3 @@ def make_factory(arg: str | None, scenarios: Any, options: dict[str, Any]) -> An
         return SchemaAgent(pack, services=services, **kwargs)
 
     return make
-
-
-def _register() -> None:
-    from ..engine.registry import register_agent
-
-    register_agent("schema", make_factory)
-
-
-_register()

@@ -20,15 +20,14 @@ import tempfile
 import time
 from pathlib import Path
 
-from dialogsim.agents.scripted import ScriptedAgent, ScriptLine
+from dialogsim.agents.scripted import ScriptLine, ScriptedAgent
 from dialogsim.engine.codec import encode_into
+from dialogsim.engine.contracts import Scenario, UserReply
 from dialogsim.engine.events import Act, AgentTurn, EpisodeEnded, EpisodeStarted, Frame, UserTurn
 from dialogsim.engine.log import LogWriter, read_events
 from dialogsim.engine.runner import Batch, Job, RunSettings
 from dialogsim.engine.timing import Delay
-from dialogsim.scenarios.base import Scenario
 from dialogsim.scenarios.builtin import BuiltinScenarios
-from dialogsim.users.base import UserReply
 from dialogsim.users.scripted import ScriptedUser
 
 EXCHANGES = 20

@@ -92,7 +92,7 @@ def cpu_seconds() -> float:
 
 def sample_request() -> object:
     """A native request like the ones the engine sends mid-episode (built-in scenario, third user turn)."""
-    from dialogsim.agents.http_native import AgentMessage, NativeRequest, ScenarioInfo, UserMessage
+    from dialogsim.agents.http.native import AgentMessage, NativeRequest, ScenarioInfo, UserMessage
     from dialogsim.scenarios.builtin import BuiltinScenarios
 
     sc = BuiltinScenarios()
@@ -116,7 +116,7 @@ async def raw_loop(url: str, concurrency: int, total: int, request: object) -> t
     """
     import aiohttp
 
-    from dialogsim.agents.http_native import NativeResponse
+    from dialogsim.agents.http.native import NativeResponse
 
     encode = msgspec.json.Encoder().encode
     decode = msgspec.json.Decoder(NativeResponse).decode
@@ -145,10 +145,10 @@ async def agent_loop(url: str, concurrency: int, total: int) -> tuple[float, flo
     and the requests in flight on average."""
     import random
 
-    from dialogsim.agents.base import Observation
-    from dialogsim.agents.http_native import http_agent_factory
+    from dialogsim.engine.contracts import Observation
+    from dialogsim.agents.http.native import http_agent_factory
     from dialogsim.engine.events import AgentTurn, UserTurn
-    from dialogsim.scenarios.base import EpisodeContext
+    from dialogsim.engine.contracts import EpisodeContext
     from dialogsim.scenarios.builtin import BuiltinScenarios
 
     sc = BuiltinScenarios()
@@ -189,7 +189,7 @@ _pools: list = []  # the pool of each run's agent factory, for its in-flight fig
 
 def _capturing_factory(arg: str | None, scenarios: object, options: dict) -> object:
     """``http:`` as registered, keeping the factory's pool for the figures."""
-    from dialogsim.agents.http_native import http_agent_factory
+    from dialogsim.agents.http.native import http_agent_factory
 
     factory = http_agent_factory(arg, scenarios, options)
     _pools.append(factory.pool)

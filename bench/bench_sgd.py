@@ -21,7 +21,7 @@ from pathlib import Path
 from dialogsim.agents.schema_agent import make_factory as agent_maker
 from dialogsim.engine.log import LogWriter
 from dialogsim.engine.runner import Batch, Job, RunSettings
-from dialogsim.engine.testing import MemoryLog
+from dialogsim.testing import MemoryLog
 from dialogsim.scenarios.sgd.pack import load_pack
 from dialogsim.scenarios.sgd.scenario_set import SgdScenarioSet
 from dialogsim.users.agenda import make_factory as user_maker

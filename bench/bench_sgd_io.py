@@ -18,9 +18,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from dialogsim.engine.commands.import_ import import_sgd
 from dialogsim.engine.oplog import configure_logging
 from dialogsim.engine.projections import get_projection, run_projection
+from dialogsim.scenarios.sgd.import_command import import_sgd
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared" / "sgd"

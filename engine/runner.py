@@ -23,12 +23,10 @@ from typing import Any
 import msgspec
 import simpy
 
-from ..agents.base import AgentFailure, AgentReply, FaultReport, Observation, ToolCall
-from ..scenarios.base import Call, EpisodeContext, Scenario, ScenarioSet, ToolResult
-from ..users.base import UserReply, Verdict
+from .contracts import (AgentFailure, AgentReply, Call, EpisodeContext, FaultReport, Observation, Scenario, ScenarioSet,
+                        ToolCall, ToolResult, UserReply, Verdict)
 from .driver import Driver
-from .events import (AgentTurn, EpisodeEnded, EpisodeStarted, Event, Fault, ToolCalled,
-                     ToolReturned, UserTurn)
+from .events import AgentTurn, EpisodeEnded, EpisodeStarted, Event, Fault, ToolCalled, ToolReturned, UserTurn
 from .seeding import episode_seed, episode_streams, stream
 from .timing import Arrivals, Delay
 

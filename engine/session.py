@@ -28,6 +28,7 @@ from .errors import UserError
 from .events import EpisodeEnded, Event, RunEnded, RunStarted
 from .log import DURABILITY_CHOICES, LogWriter, RunDir, read_episodes, read_events
 from .oplog import get_logger
+from .plugins import DEFAULT_SCENARIOS
 from .runner import Batch, Job, RunSettings, episode_id
 from .seeding import stable_hash
 from .timing import parse_arrivals, parse_delay
@@ -96,11 +97,11 @@ def _refuse_secrets(config: RunConfig) -> None:
 
 def absolute_scenarios(spec: str) -> str:
     """A scenario spec whose pack directory is made absolute, so that --resume works from any directory."""
-    if spec and spec not in registry.known("scenarios"):
+    if spec and spec not in registry.names("scenarios"):
         if _absolute(spec) != spec:
             return _absolute(spec)
         name, arg = registry.parse_spec(spec)
-        if arg and name in registry.known("scenarios"):
+        if arg and name in registry.names("scenarios"):
             return f"{name}:{_absolute(arg)}"
     return spec
 
@@ -121,7 +122,7 @@ def start_run(out: str | Path, config: RunConfig, *, progress: bool = True) -> R
     """Run a new batch into the empty (or absent) directory ``out``."""
     settings = validate(config)
     scenarios = registry.load_scenarios(config.scenarios or None)
-    spec = absolute_scenarios(config.scenarios or registry.DEFAULT_SCENARIOS)
+    spec = absolute_scenarios(config.scenarios or DEFAULT_SCENARIOS)
     config = msgspec.structs.replace(config, scenarios=spec,
                                      user=config.user or scenarios.default_user,
                                      agent=config.agent or scenarios.default_agent)

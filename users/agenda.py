@@ -19,10 +19,9 @@ import random
 from operator import attrgetter
 from typing import Any
 
+from ..engine.contracts import Claim, EpisodeContext, UserReply, Verdict
 from ..engine.events import Act, AgentTurn, DialogueState, Frame
-from ..scenarios.base import Claim, EpisodeContext
 from ..scenarios.sgd.nlg import OPENING
-from .base import UserReply, Verdict
 from .noise import NoiseModel
 from .understanding import Context, for_pack
 
@@ -908,12 +907,3 @@ def make_factory(arg: str | None, scenarios: Any, options: dict[str, Any]) -> An
         return AgendaUser(pack, noise=noise, services=services, **kwargs)
 
     return make
-
-
-def _register() -> None:
-    from ..engine.registry import register_user
-
-    register_user("agenda", make_factory)
-
-
-_register()

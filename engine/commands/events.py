@@ -8,12 +8,12 @@ from typing import Any
 
 from ..codec import encode, to_builtins
 from ..errors import UserError
-from ..events import EVENT_TYPES, AgentTurn, OpaqueEvent, UserTurn, event_type
+from ..events import AgentTurn, EVENT_TYPES, OpaqueEvent, UserTurn, event_type
 from ..log import RunDir, read_events
 
 
-def register(sub: Any) -> None:
-    p = sub.add_parser("events", help="print the events of a run")
+def configure(p: argparse.ArgumentParser) -> None:
+    """The ``events`` command's arguments."""
     p.add_argument("run_dir")
     p.add_argument("--episode", action="append", help="only this episode (repeatable)")
     p.add_argument("--type", action="append", dest="types", help="only this event type (repeatable)")

@@ -40,10 +40,10 @@ def _seed(text: str) -> int:
     return value
 
 
-def register(sub: Any) -> None:
-    p = sub.add_parser("run", help="simulate episodes into a run directory (or --resume one)",
-                       description="Run simulated users against an agent, one episode per scenario, "
-                                   "logging every step as an event.")
+def configure(p: argparse.ArgumentParser) -> None:
+    """The ``run`` command's arguments."""
+    p.description = ("Run simulated users against an agent, one episode per scenario, logging every step as "
+                     "an event.")
     p.add_argument("--out", help="run directory to create (must be absent or empty)")
     p.add_argument("--resume", metavar="RUN_DIR", help="finish an interrupted or crashed run")
     p.add_argument("--scenarios", help="scenario set name (sgd, builtin) or a pack directory (default: sgd)")

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..base import Call, Claim
+from ...engine.contracts import Call, Claim
 from .values import ANY_VALUES
 
 

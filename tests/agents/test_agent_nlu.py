@@ -10,8 +10,8 @@ import pytest
 
 from dialogsim.agents.nlu import ValueMatcher
 from dialogsim.engine import registry
-from dialogsim.engine.testing import simulate
 from dialogsim.scenarios.sgd.pack import load_pack
+from dialogsim.testing import simulate
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "sgd" / "dialogues_001.json"
 
@@ -75,7 +75,6 @@ def test_the_shared_sgd_dev_turns_are_read_precisely(shared_sgd):
 
 def test_the_agenda_user_succeeds_against_a_schema_agent_that_reads_text_only():
     """listen=text: 200 agenda dialogues in process succeed >= 80% (41% before the template reading)."""
-    registry.load_builtins()
     scenarios = registry.load_scenarios("sgd")
     log = simulate(user=registry.user_factory("agenda", scenarios, {}),
                    agent=registry.agent_factory("schema", scenarios, {"listen": "text"}),

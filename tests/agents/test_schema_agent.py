@@ -7,17 +7,15 @@ from collections import Counter
 
 import pytest
 
-from dialogsim.agents.base import Observation
 from dialogsim.agents.nlu import ValueMatcher
 from dialogsim.agents.schema_agent import SchemaAgent
+from dialogsim.engine.contracts import EpisodeContext, Observation, Scenario, ToolResult, UserReply
 from dialogsim.engine.errors import UserError
 from dialogsim.engine.events import Act, Frame, UserTurn
 from dialogsim.engine.registry import agent_factory, user_factory
-from dialogsim.engine.testing import simulate
-from dialogsim.scenarios.base import EpisodeContext, Scenario, ToolResult
 from dialogsim.scenarios.sgd.pack import load_pack
 from dialogsim.scenarios.sgd.scenario_set import SgdScenarioSet
-from dialogsim.users.base import UserReply
+from dialogsim.testing import simulate
 
 SVC = "Restaurants_2"
 ROW = {"restaurant_name": "Sino", "location": "San Jose", "category": "Asian", "phone_number": "408-247-8880",

@@ -6,13 +6,12 @@ import json
 import random
 import urllib.request
 
-from dialogsim.agents.base import AgentReply, Observation
+from dialogsim.agents.http.server import make_app
+from dialogsim.agents.http.testing import serve_in_thread
 from dialogsim.agents.nlu import ValueMatcher
 from dialogsim.agents.schema_agent import SchemaAgent
+from dialogsim.engine.contracts import AgentReply, EpisodeContext, Observation, Scenario
 from dialogsim.engine.events import UserTurn
-from dialogsim.engine.server import make_app
-from dialogsim.engine.testing_http import serve_in_thread
-from dialogsim.scenarios.base import EpisodeContext, Scenario
 from dialogsim.scenarios.sgd.pack import load_pack
 
 

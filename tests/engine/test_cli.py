@@ -325,7 +325,7 @@ def imported(tmp_path, capsys) -> Path:
 @pytest.mark.parametrize("where", ["fold", "render"])
 def test_ctrl_c_during_project_leaves_the_previous_output_whole(capsys, imported, monkeypatch, where):
     """Ctrl-C while folding or after the first rendered file: exit 130, one line, old files intact, no temp files."""
-    from dialogsim.engine.projections.sgd import SgdProjection
+    from dialogsim.scenarios.sgd.projection import SgdProjection
     out = imported / "projections" / "sgd@v1"
     before = _snapshot(out)
     if where == "fold":
@@ -348,7 +348,7 @@ def test_ctrl_c_during_project_leaves_the_previous_output_whole(capsys, imported
 
 def test_ctrl_c_during_import_leaves_nothing(tmp_path, capsys, monkeypatch):
     """Ctrl-C in the middle of an import removes the half-written run directory."""
-    from dialogsim.scenarios import sgd_corpus
+    from dialogsim.scenarios.sgd import corpus as sgd_corpus
     convert = sgd_corpus.dialogue_to_events
     calls = []
 

@@ -7,13 +7,13 @@ import random
 
 import pytest
 
-from dialogsim.agents.base import AgentFailure, AgentReply, FaultReport, ToolCall
+from dialogsim.engine.contracts import AgentFailure, AgentReply, FaultReport, ToolCall
 from dialogsim.engine.events import AgentTurn, EpisodeEnded, Fault, ToolCalled, ToolReturned, UserTurn
 from dialogsim.engine.runner import Batch, Job, RunSettings, Sink
-from dialogsim.engine.testing import (MemoryLog, ScriptedAgent, ScriptLine, SleepyAgent, UserReply, capture_events,
-                                      simulate, strip_wall)
 from dialogsim.engine.timing import Arrivals, Delay
 from dialogsim.scenarios.builtin import BuiltinScenarios
+from dialogsim.testing import (MemoryLog, ScriptLine, ScriptedAgent, SleepyAgent, UserReply, capture_events, simulate,
+                               strip_wall)
 from dialogsim.users.scripted import ScriptedUser
 
 THINK, LATENCY = Delay("uniform", 1, 4), Delay("lognormal", -1, 0.5)

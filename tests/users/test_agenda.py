@@ -6,9 +6,9 @@ import random
 
 import pytest
 
+from dialogsim.engine.contracts import EpisodeContext, Scenario
 from dialogsim.engine.errors import UserError
 from dialogsim.engine.events import Act, AgentTurn, Frame
-from dialogsim.scenarios.base import EpisodeContext, Scenario
 from dialogsim.scenarios.sgd.pack import load_pack
 from dialogsim.users.agenda import AgendaUser, make_factory
 

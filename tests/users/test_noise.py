@@ -7,12 +7,12 @@ from collections import Counter
 
 import pytest
 
+from dialogsim.engine.contracts import EpisodeContext, Scenario
 from dialogsim.engine.events import Act, AgentTurn, Frame
 from dialogsim.engine.registry import agent_factory, user_factory
-from dialogsim.engine.testing import simulate
-from dialogsim.scenarios.base import EpisodeContext, Scenario
 from dialogsim.scenarios.sgd.pack import load_pack
 from dialogsim.scenarios.sgd.scenario_set import SgdScenarioSet
+from dialogsim.testing import simulate
 from dialogsim.users.agenda import AgendaUser
 from dialogsim.users.noise import NoiseModel, from_options
 

@@ -13,14 +13,13 @@ from pathlib import Path
 
 import pytest
 
-from dialogsim.agents.base import AgentReply
+from dialogsim.engine.contracts import AgentReply, EpisodeContext, Scenario
 from dialogsim.engine.events import Act, AgentTurn, Frame
-from dialogsim.scenarios.base import EpisodeContext, Scenario
 from dialogsim.engine.registry import agent_factory, user_factory
-from dialogsim.engine.testing import simulate
 from dialogsim.scenarios.sgd import normalize
 from dialogsim.scenarios.sgd.pack import load_pack
 from dialogsim.scenarios.sgd.scenario_set import SgdScenarioSet
+from dialogsim.testing import simulate
 from dialogsim.users.agenda import AgendaUser
 from dialogsim.users.understanding import Context, Understanding, measure, triples
 
