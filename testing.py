@@ -1,11 +1,15 @@
 """Testing helpers: run your user or agent through the real engine in memory and look at the events.
 
-Users test their agents the way dialogsim tests itself::
+Users test their agents the way dialogsim tests itself (the README's "Testing your own agent" shows a
+complete agent)::
 
-    from dialogsim.engine.testing import simulate, ScriptedUser, UserReply
+    from dialogsim.testing import ScriptedUser, UserReply, simulate
 
     events = simulate(agent=MyAgent, user=lambda: ScriptedUser([UserReply(utterance="hi")]))
     assert events.outcomes() == {"e000000": "success"}
+
+This module sits above the engine and the built-ins it runs (the scripted user and agent, the built-in
+scenarios); loopback HTTP servers for live agents are in ``dialogsim.agents.http.testing``.
 """
 
 from __future__ import annotations

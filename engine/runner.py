@@ -204,6 +204,9 @@ class Batch:
         self.agent_spec = agent_spec
         self.on_episode_end = on_episode_end
         self.timed = settings.think.draws or settings.latency.draws  # the episodes need a timing stream
+        # a scenario set's optional parts, with the defaults engine/contracts.py documents
+        self.world = getattr(scenarios, "world", None) or _no_world
+        self.tools = getattr(scenarios, "tools", None) or _no_tools
         self.env = simpy.Environment(initial_time=0.0)  # a float clock: t is always encoded as a float
         self.driver = Driver(self.env, before_wait=getattr(sink, "commit", None))
 
@@ -272,7 +275,7 @@ class Batch:
         env, settings = self.env, self.settings
         run_id, ep = rec.run, rec.ep
         user_rng, agent_rng, world_rng, timing = episode_streams(seed, self.timed)
-        tools = self.scenarios.tools(scenario)
+        tools = self.tools(scenario)
         outcome: tuple[str, str, dict[str, Any]] | None = None
         turn = 0
         user = None
@@ -280,10 +283,14 @@ class Batch:
         try:
             user = self.make_user()
             agent = self.make_agent()
-            world = self.scenarios.world(scenario, world_rng)
-            user.start(EpisodeContext(episode_id=ep, scenario=scenario, tools=tools, rng=user_rng, seed=seed))
-            agent.start(EpisodeContext(episode_id=ep, scenario=scenario.agent_view(), tools=tools, rng=agent_rng,
-                                       seed=seed))
+            world = self.world(scenario, world_rng)
+            start = getattr(user, "start", None)
+            if start is not None:
+                start(EpisodeContext(episode_id=ep, scenario=scenario, tools=tools, rng=user_rng, seed=seed))
+            start = getattr(agent, "start", None)
+            if start is not None:
+                start(EpisodeContext(episode_id=ep, scenario=scenario.agent_view(), tools=tools, rng=agent_rng,
+                                     seed=seed))
             history: list[Event] = []
             remember = history.append
             think, latency_model, max_turns = settings.think.sample, settings.latency.sample, settings.max_turns
@@ -503,7 +510,8 @@ class _EpisodeError(Exception):
 def _verdict(user: Any, default: str | None = None, reason: str = "",
              judge: Callable[[list], str | None] | None = None) -> tuple[str, str, dict[str, Any]]:
     """The user's verdict; a success the judge finds unbacked by the episode's tool calls is a failure."""
-    verdict: Verdict = user.verdict()
+    judged = getattr(user, "verdict", None)
+    verdict: Verdict = judged() if judged is not None else _ENDED
     if default is not None and verdict.outcome == "success":
         return (default, reason, verdict.reward)
     if verdict.outcome == "success" and judge is not None:
@@ -511,6 +519,24 @@ def _verdict(user: Any, default: str | None = None, reason: str = "",
         if unbacked:
             return ("failure", unbacked, verdict.reward)
     return (verdict.outcome, verdict.reason, verdict.reward)
+
+
+_ENDED = Verdict(outcome="success", reason="the user ended the dialogue")  # a user without verdict()
+
+
+class _NoWorld:
+    """The world of a scenario set that has none: every call fails, naming the tool."""
+
+    def call(self, service: str, method: str, parameters: dict[str, Any]) -> tuple[None, str]:
+        return None, f"no world behind the tool {service}.{method}"
+
+
+def _no_world(scenario: Scenario, rng: Any) -> _NoWorld:
+    return _NoWorld()
+
+
+def _no_tools(scenario: Scenario) -> list[Any]:
+    return []
 
 
 def completed_calls(history: list[Event]) -> list[Call]:

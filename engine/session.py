@@ -124,8 +124,8 @@ def start_run(out: str | Path, config: RunConfig, *, progress: bool = True) -> R
     scenarios = registry.load_scenarios(config.scenarios or None)
     spec = absolute_scenarios(config.scenarios or DEFAULT_SCENARIOS)
     config = msgspec.structs.replace(config, scenarios=spec,
-                                     user=config.user or scenarios.default_user,
-                                     agent=config.agent or scenarios.default_agent)
+                                     user=config.user or getattr(scenarios, "default_user", "scripted"),
+                                     agent=config.agent or getattr(scenarios, "default_agent", "scripted"))
     make_user = registry.user_factory(config.user, scenarios, config.user_options)
     make_agent = registry.agent_factory(config.agent, scenarios, config.agent_options)
     run = RunDir.create(out, run_id=run_id_for(config), config=msgspec.to_builtins(config), seed=config.seed)

@@ -22,3 +22,11 @@ def test_readme_has_exactly_two_commands():
     main, tests = _commands()
     assert "dialogsim run --out runs/demo" in main
     assert "pytest" in tests
+
+
+def test_the_readme_agent_example_runs_as_printed():
+    """The "Testing your own agent" block, executed exactly as the README prints it."""
+    text = (ROOT / "README.md").read_text()
+    section = text[text.index("## Testing your own agent"):]
+    code = section[section.index("```python\n") + len("```python\n"):section.index("\n```", section.index("```python"))]
+    exec(compile(code, "README.md", "exec"), {"__name__": "readme_example"})
