@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 import ast
 import subprocess
 import sys
@@ -64,6 +66,7 @@ def test_the_checker_sees_imports_inside_functions(tmp_path):
     assert _imports(probe, tmp_path) == [(2, "dialogsim.scenarios.sgd.corpus")]
 
 
+@pytest.mark.slow
 def test_a_run_without_live_agents_never_imports_aiohttp(tmp_path):
     """Plug-ins are imported when used: --help and an in-process run leave aiohttp unimported."""
     code = ("import sys\nfrom dialogsim.engine.cli import main\n"

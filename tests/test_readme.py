@@ -18,10 +18,17 @@ def test_ci_runs_the_readme_test_command():
 
 
 def test_readme_has_exactly_two_commands():
-    """One command installs and runs the main job, one installs and runs the tests."""
+    """One command installs and runs the main job, one installs (editable) and runs the tests."""
     main, tests = _commands()
     assert "dialogsim run --out runs/demo" in main
-    assert "pytest" in tests
+    assert "pytest" in tests and "pip install -q -e " in tests
+
+
+def test_the_tests_import_this_checkout():
+    """dialogsim comes from this source tree (an editable install), so an edit is tested without reinstalling."""
+    import dialogsim
+
+    assert Path(dialogsim.__file__).resolve().parent == ROOT
 
 
 def test_the_readme_agent_example_runs_as_printed():

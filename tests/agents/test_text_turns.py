@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 import json
 import random
 import urllib.request
@@ -56,6 +58,7 @@ class _Mute:
         return AgentReply()
 
 
+@pytest.mark.slow
 def test_the_openai_server_never_sends_an_empty_assistant_content():
     """A reply without words or tool calls still goes out with non-blank content (clients reject a blank one)."""
     chat = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}

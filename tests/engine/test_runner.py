@@ -38,6 +38,7 @@ def test_seq_is_gapless_and_time_monotonic_per_episode():
         assert all(x.t <= y.t for x, y in zip(events, events[1:]))
 
 
+@pytest.mark.slow
 def test_coroutine_agents_with_random_real_latency_give_identical_logs():
     """Agents that sleep random real times still produce a byte-identical log: ordering is virtual."""
     logs = [simulate(episodes=15, seed=3, think=THINK, latency=LATENCY, concurrency=8,
@@ -256,6 +257,7 @@ class _SlowFor:
         return AgentReply(utterance="done")
 
 
+@pytest.mark.slow
 async def test_ended_episodes_are_written_before_the_engine_waits_on_a_slow_live_call(tmp_path):
     """With durability episode, episodes that ended inside the group-commit window reach the file while a slow call runs."""
     from dialogsim.engine.log import LogWriter

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 import os
 import random
 import signal
@@ -39,6 +41,7 @@ def _serve_subprocess(*args: str) -> tuple[subprocess.Popen, str]:
     return proc, line.split()[-1]
 
 
+@pytest.mark.slow
 def test_a_batch_against_each_protocol_completes_with_tool_calls_logged(tmp_path):
     """`dialogsim run` against serve-agent (native, scripted agent) and an OpenAI-mode server completes."""
     proc, url = _serve_subprocess("--agent", "scripted", "--protocol", "native")
@@ -61,6 +64,7 @@ def test_a_batch_against_each_protocol_completes_with_tool_calls_logged(tmp_path
         assert kinds["ToolCalled"] == kinds["ToolReturned"] >= 6 and kinds["Fault"] == 0
 
 
+@pytest.mark.slow
 def test_killed_mid_batch_then_resumed_ends_every_episode_exactly_once(tmp_path):
     """SIGKILL a run against a live server mid-batch; --resume finishes it with each episode ended once."""
     app = faulty_app(EchoAgent, "native", plan=lambda key, attempt: None, delay=0.05)
@@ -105,6 +109,7 @@ class _JitteryEcho(EchoAgent):
         return super().respond(obs)
 
 
+@pytest.mark.slow
 def test_same_seed_against_a_deterministic_server_gives_the_same_log(tmp_path):
     """Two runs with one seed against a server with random real latency: identical events but for wall."""
     logs = []
@@ -119,6 +124,7 @@ def test_same_seed_against_a_deterministic_server_gives_the_same_log(tmp_path):
     assert len(logs[0]) > 12 * 5
 
 
+@pytest.mark.slow
 def test_the_api_key_never_reaches_the_run_directory_or_stderr(tmp_path):
     """--api-key-env: the key is sent as a Bearer token, and is absent from every file and log line."""
     secret = "sk-live-THIS-MUST-NOT-BE-LOGGED-42"
@@ -142,6 +148,7 @@ def test_the_api_key_never_reaches_the_run_directory_or_stderr(tmp_path):
     assert "DS_TEST_KEY" in (RunDir.open(out).manifest["config"]["agent_options"]["api_key_env"])
 
 
+@pytest.mark.slow
 def test_a_batch_against_a_faulty_server_completes_with_every_fault_in_the_run_directory(tmp_path):
     """`dialogsim run` against the fault-injecting server: all episodes end once, every fault is logged."""
     from dialogsim.agents.http.testing import INJECTED

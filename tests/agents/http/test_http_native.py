@@ -38,6 +38,7 @@ def _ended_once(log, episodes: int) -> None:
     assert set(ended.values()) == {1}
 
 
+@pytest.mark.slow
 def test_well_behaved_server_gives_the_same_log_as_the_agent_in_process():
     """The scripted agent served over dialogsim/1 yields exactly the in-process log (wall times aside)."""
     local = run_batch(ScriptedAgent, episodes=6)
@@ -49,6 +50,7 @@ def test_well_behaved_server_gives_the_same_log_as_the_agent_in_process():
     assert by_ep(remote) == by_ep(local)
 
 
+@pytest.mark.slow
 def test_every_injected_fault_is_logged_and_no_episode_is_lost():
     """Timeouts, 5xx, 429, malformed and oversized bodies, resets and drips: all recorded, all episodes end."""
     app = faulty_app(EchoAgent, "native", hang_seconds=1.5, drip_chunks=20, drip_delay=0.1)
@@ -63,6 +65,7 @@ def test_every_injected_fault_is_logged_and_no_episode_is_lost():
     assert {f for _, _, f in app[INJECTED]} == set(FAULT_KIND)  # the plan exercised every fault
 
 
+@pytest.mark.slow
 def test_an_answer_that_keeps_trickling_is_not_cut_by_the_read_timeout():
     """Body chunks 0.1 s apart, read timeout 0.3 s, the whole answer 0.8 s: read to the end, no fault."""
     app = faulty_app(EchoAgent, "native", plan=lambda key, attempt: "drip", drip_chunks=8, drip_delay=0.1)
@@ -73,6 +76,7 @@ def test_an_answer_that_keeps_trickling_is_not_cut_by_the_read_timeout():
     assert len(app[INJECTED]) == app[STATS]["requests"] > 0
 
 
+@pytest.mark.slow
 def test_an_agent_that_keeps_failing_ends_its_episode_with_error_and_the_batch_completes():
     """Retries exhausted: one fault per attempt, outcome error with a reason; other episodes succeed."""
     app = faulty_app(EchoAgent, "native", plan=lambda key, attempt: None, fail_always={"e000001"})
@@ -87,6 +91,7 @@ def test_an_agent_that_keeps_failing_ends_its_episode_with_error_and_the_batch_c
     assert "HTTP 500" in ended.reason and "3 attempts" in ended.reason
 
 
+@pytest.mark.slow
 def test_a_client_error_status_is_not_retried():
     """A 400 will not get better: one request, one fault, no retry, outcome error."""
     hits = []
@@ -103,6 +108,7 @@ def test_a_client_error_status_is_not_retried():
     assert log.outcomes() == {"e000000": "error"} and len(hits) == 1
 
 
+@pytest.mark.slow
 def test_in_flight_requests_are_bounded_by_the_concurrency_option():
     """Eight episodes at once, agent concurrency 2: the server never sees more than two requests at once."""
     app = faulty_app(EchoAgent, "native", plan=lambda key, attempt: None, delay=0.02)
@@ -116,6 +122,7 @@ def test_in_flight_requests_are_bounded_by_the_concurrency_option():
     assert stats.attempts == app[STATS]["requests"] and 1 < stats.mean_in_flight <= 2
 
 
+@pytest.mark.slow
 def test_calls_made_at_different_virtual_times_are_in_flight_together():
     """With think time and latency, episodes call at different virtual times and their requests still overlap
     (a driver that awaited each call in turn would keep one request in flight)."""
@@ -130,6 +137,7 @@ def test_calls_made_at_different_virtual_times_are_in_flight_together():
     assert app[STATS]["max_inflight"] > 1 and factory.pool.stats.peak > 1
 
 
+@pytest.mark.slow
 def test_simulate_without_aclose_still_closes_the_session():
     """engine.testing.simulate never calls aclose: the pool closes its session when asyncio.run ends,
     and the same factory works again in a second run."""
@@ -154,6 +162,7 @@ def test_retry_after_is_honoured_and_capped():
     assert parse_retry_after("soon") is None and parse_retry_after(None) is None
 
 
+@pytest.mark.slow
 def test_429_with_retry_after_is_retried_after_the_wait():
     """A 429 carrying Retry-After is recorded, waited out and retried to success."""
     app = faulty_app(EchoAgent, "native", plan=lambda key, attempt: "429" if attempt == 1 else None,
@@ -236,6 +245,7 @@ def test_bad_options_and_specs_are_user_errors():
         http_agent_factory("http://127.0.0.1:1", None, {"api_key_env": "NO_SUCH_VAR_FOR_TEST"})
 
 
+@pytest.mark.slow
 def test_requests_carry_the_conversation_tools_and_results():
     """What a server receives: protocol, ids, tools, the conversation with tool calls and results."""
     seen: list[dict] = []
@@ -347,6 +357,7 @@ def test_episodes_of_one_factory_share_encodings_only_of_the_same_objects():
     assert len(factory.shared) == 1 + 3 + 2  # the tools; the three scenarios; the copy and the change
 
 
+@pytest.mark.slow
 def test_tls_certificates_are_verified_by_default(tmp_path):
     """A self-signed server: refused at once by default (a fault, outcome error), accepted with verify_tls=false."""
     import shutil
@@ -400,6 +411,7 @@ def test_the_incremental_transcript_equals_the_messages_built_from_scratch():
         assert msgspec.json.decode(user_raw, type=UserMessage) == user_message(user)
 
 
+@pytest.mark.slow
 def test_measured_latency_replaces_the_latency_model_only_when_asked():
     """latency=measured: the agent turn's latency is the wall time of its requests (at least the server's
     delay); by default the engine's seeded model decides (here fixed at 0)."""
@@ -413,6 +425,7 @@ def test_measured_latency_replaces_the_latency_model_only_when_asked():
         http_agent_factory(url, None, {"latency": "guess"})
 
 
+@pytest.mark.slow
 def test_requests_never_carry_the_users_goal_or_true_state():
     """An agent over HTTP sees the schemas and the user's acts, never the goal or the state it is scored on."""
     from dialogsim.scenarios.sgd.pack import load_pack
@@ -438,6 +451,7 @@ def test_requests_never_carry_the_users_goal_or_true_state():
     assert not any(f.get("state") for m in users for f in m["frames"])  # ... the true state never
 
 
+@pytest.mark.slow
 def test_the_sender_that_delivers_an_answer_sends_the_request_its_waiter_makes_next():
     """Requests made one after another, from ``then`` or by a task awaiting each answer, all go through
     the sender that delivered the previous answer: no other sender is started or woken a turn later."""

@@ -45,6 +45,7 @@ def _fake_llm(seen: list[dict]) -> web.Application:
     return app
 
 
+@pytest.mark.slow
 def test_the_tool_loop_usage_cost_and_key_reach_the_log_but_the_key_does_not(monkeypatch):
     """Function tools, tool messages, usage summed over a turn's calls, cost from prices; the key only in headers."""
     monkeypatch.setenv("DIALOGSIM_TEST_KEY", SECRET)
@@ -74,6 +75,7 @@ def test_the_tool_loop_usage_cost_and_key_reach_the_log_but_the_key_does_not(mon
     assert SECRET not in text
 
 
+@pytest.mark.slow
 def test_faults_are_retried_and_recorded_and_the_key_never_appears_in_them(monkeypatch):
     """A faulty chat server: every fault is a fault event, episodes complete, fault details hold no key."""
     monkeypatch.setenv("DIALOGSIM_TEST_KEY", SECRET)
@@ -91,6 +93,7 @@ def test_faults_are_retried_and_recorded_and_the_key_never_appears_in_them(monke
     assert SECRET not in text
 
 
+@pytest.mark.slow
 def test_echo_agent_served_over_openai_protocol():
     """Our own server in OpenAI mode drives the tool loop the same way a model endpoint would."""
     with serve_in_thread(make_app(EchoAgent, "openai")) as url:
@@ -101,6 +104,7 @@ def test_echo_agent_served_over_openai_protocol():
     assert log.transcript("e000001")[3][1].startswith("#2 you said")
 
 
+@pytest.mark.slow
 def test_malformed_tool_arguments_are_a_protocol_fault_then_retried():
     """Arguments that are not a JSON object: a protocol fault, and the retry's answer is used."""
     calls = {"n": 0}

@@ -36,6 +36,7 @@ def _post(url: str, body: bytes, headers: dict[str, str] | None = None) -> tuple
 
 
 @pytest.mark.parametrize("agent", [ScriptedAgent, EchoAgent])
+@pytest.mark.slow
 def test_replay_on_a_cache_miss_gives_the_same_answers_as_the_cache(agent):
     """A one-session cache forces replays under concurrency; the log matches a roomy cache's and in-process."""
     local = run_batch(agent, episodes=9, concurrency=9)
@@ -70,6 +71,7 @@ def test_a_fresh_host_answers_a_replayed_conversation_like_the_live_one():
     assert replayed == answers[-1]
 
 
+@pytest.mark.slow
 def test_bad_requests_and_limits_are_refused():
     """Broken JSON, a wrong protocol version, an oversized body and too many headers get 4xx answers."""
     ok = json.dumps({"protocol": "dialogsim/1", "episode_id": "e", "turn_index": 1,
@@ -87,6 +89,7 @@ def test_bad_requests_and_limits_are_refused():
         assert _post(url, ok, {"X-Long": "v" * 10000})[0] == 400
 
 
+@pytest.mark.slow
 def test_openai_endpoint_maps_a_chat_with_tool_messages():
     """A chat with an assistant tool call and a tool message continues the built-in agent's tool loop."""
     tools = [{"type": "function", "function": {"name": "Weather_1__GetWeather", "parameters": {}}}]
@@ -105,6 +108,7 @@ def test_openai_endpoint_maps_a_chat_with_tool_messages():
         assert status == 400 and "robot" in body["error"]["message"]
 
 
+@pytest.mark.slow
 def test_serve_agent_command_prints_its_port_serves_and_stops():
     """`dialogsim serve-agent --port 0` binds loopback, announces the port, answers, and stops on SIGTERM."""
     proc = subprocess.Popen([sys.executable, "-m", "dialogsim.engine.cli", "serve-agent", "--agent", "scripted",
@@ -124,6 +128,7 @@ def test_serve_agent_command_prints_its_port_serves_and_stops():
     assert proc.returncode == 0
 
 
+@pytest.mark.slow
 def test_serve_agent_refuses_remote_agents():
     """Serving an http: agent makes no sense: a one-line error, exit status 2."""
     done = subprocess.run([sys.executable, "-m", "dialogsim.engine.cli", "serve-agent", "--agent",
@@ -132,6 +137,7 @@ def test_serve_agent_refuses_remote_agents():
 
 
 @pytest.mark.parametrize("max_sessions", [1024, 2])
+@pytest.mark.slow
 def test_the_schema_agent_served_over_http_matches_the_in_process_agent(max_sessions):
     """SGD scenarios, agenda users: the schema agent behind serve-agent's app gives the in-process log,
     also when a tiny session cache forces it to be rebuilt by replay."""

@@ -33,6 +33,7 @@ def test_every_service_has_entities_for_each_search_intent():
             assert pack.entities(name, intent.name), (name, intent.name)
 
 
+@pytest.mark.slow
 def test_bundled_pack_is_current(tmp_path):
     """Rebuilding from ../shared/sgd with today's builder gives the bundled pack, byte for byte."""
     shared = Path(__file__).resolve().parents[3].parent / "shared" / "sgd"

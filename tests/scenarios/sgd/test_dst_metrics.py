@@ -162,6 +162,7 @@ def test_eval_dst_cli_and_mismatches(tmp_path, capsys):
     assert data[0]["dialogue_id"] in err and "turn 2" in err
 
 
+@pytest.mark.slow
 def test_eval_dst_whole_dev_split_against_itself(shared_sgd, tmp_path):
     """The real dev split scored against itself: 1.0 everywhere, seen and unseen groups present."""
     from dialogsim.scenarios.sgd.eval_dst_command import read_split
@@ -224,6 +225,7 @@ def test_slot_tagging_scores_the_spans_the_agent_tagged():
     assert second.metrics["slot_tagging_recall"] == 0.0
 
 
+@pytest.mark.slow
 def test_text_listening_schema_agent_is_scored_on_slot_tagging(tmp_path):
     """`--agent-opt listen=text` makes the schema agent tag the user's text; dst_metrics reports its tag F1."""
     run = tmp_path / "run"

@@ -9,7 +9,6 @@ import pytest
 
 from dialogsim.engine.errors import UserError
 from dialogsim.scenarios.sgd.goals import sample_goal
-from dialogsim.scenarios.sgd.pack import load_pack
 from dialogsim.scenarios.sgd.pairs import slot_pairs
 from dialogsim.scenarios.sgd.values import _kind, plausible
 from dialogsim.scenarios.sgd.world import SgdWorld
@@ -17,12 +16,6 @@ from dialogsim.scenarios.sgd.world import SgdWorld
 KEYS = {"service", "intent", "constraints", "optional", "requested", "relax", "feasible", "from_previous", "entity"}
 TEST_ONLY = ["Buses_3", "Events_3", "Flights_4", "Homes_2", "Hotels_2", "Media_3", "Messaging_1", "Movies_3",
              "Music_3", "Payment_1", "RentalCars_3", "RideSharing_2", "Trains_1"]
-
-
-@pytest.fixture(scope="module")
-def pack():
-    """The bundled default pack."""
-    return load_pack()
 
 
 @pytest.fixture(scope="module")
@@ -189,6 +182,7 @@ def _goals_everywhere(pack, n=1500):
             yield sample_goal(pack, rng, infeasible_share=0.5)
 
 
+@pytest.mark.slow
 def test_end_dates_follow_start_dates(pack):
     """For every sampled goal and every relaxation step: dropoff after pickup, check-out after check-in,
     return after departure, end after start, counting values carried over from the previous subgoal."""
@@ -204,6 +198,7 @@ def test_end_dates_follow_start_dates(pack):
     assert pairs > 300
 
 
+@pytest.mark.slow
 def test_trips_never_end_where_they_start(pack):
     """From and to (origin and destination) of a trip always differ, as first stated and after relaxing."""
     pairs = 0
@@ -218,6 +213,7 @@ def test_trips_never_end_where_they_start(pack):
     assert pairs > 300
 
 
+@pytest.mark.slow
 def test_carried_over_values_keep_their_kind(pack):
     """A slot filled from the previous subgoal gets a value of its kind: a city slot a city (never a
     station), one source slot feeds at most one slot (a bus never goes from a station to itself)."""

@@ -10,7 +10,6 @@ from dialogsim.engine.events import EpisodeEnded, ToolCalled
 from dialogsim.engine.registry import user_factory
 from dialogsim.engine.runner import completed_calls
 from dialogsim.scenarios.sgd.judge import goal_claims, unbacked
-from dialogsim.scenarios.sgd.pack import load_pack
 from dialogsim.scenarios.sgd.scenario_set import SgdScenarioSet
 from dialogsim.testing import simulate
 
@@ -114,11 +113,6 @@ def test_a_user_without_claims_is_judged_on_the_goals_transactions():
 
 
 # -- through the engine: agents that lie ---------------------------------------------------------
-
-@pytest.fixture(scope="module")
-def pack():
-    """The bundled pack."""
-    return load_pack()
 
 
 class LyingAgent(SchemaAgent):

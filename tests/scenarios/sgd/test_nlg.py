@@ -20,12 +20,6 @@ SYSTEM_SLOTLESS = ["NOTIFY_SUCCESS", "NOTIFY_FAILURE", "REQ_MORE", "GOODBYE"]
 USER_SLOTLESS = ["AFFIRM", "NEGATE", "SELECT", "REQUEST_ALTS", "THANK_YOU", "GOODBYE", "AFFIRM_INTENT", "NEGATE_INTENT"]
 
 
-@pytest.fixture(scope="module")
-def pack():
-    """The bundled default pack."""
-    return load_pack()
-
-
 def _value(pack, rng, service, slot):
     pool = pack.value_pool(service, slot) or ["x"]
     return pack.spoken(service, slot, rng.choice(pool), rng)
@@ -81,6 +75,7 @@ def _check(pack, service, acts, text, spans):
                 assert v in text, (v, text)
 
 
+@pytest.mark.slow
 def test_spans_are_exact_for_many_random_turns(pack):
     """Across every service and both speakers, each non-categorical value placed has an exact span."""
     rng = random.Random(5)

@@ -46,6 +46,7 @@ def test_default_output_dir_is_versioned_under_the_run(tmp_path):
     assert (run / "projections" / "sgd@v1" / "dialogues_001.json").is_file()
 
 
+@pytest.mark.slow
 def test_every_real_dev_dialogue_round_trips(shared_sgd, tmp_path):
     """All 2,098 real dev dialogues: import then project gives dialogues equal to the originals."""
     run, out = tmp_path / "run", tmp_path / "sgd"
@@ -222,6 +223,7 @@ def test_sgdx_on_projection_and_import_agree(tmp_path):
     assert (a / "dialogues_001.json").read_bytes() == (FIXTURES / "dialogues_001.json").read_bytes()
 
 
+@pytest.mark.slow
 def test_import_memory_does_not_grow_with_the_number_of_files(tmp_path):
     """Peak traced memory of an import of 16 files stays close to that of 4 files (one file at a time)."""
     import tracemalloc
@@ -257,6 +259,7 @@ def test_duplicate_dialogue_ids_are_refused(tmp_path):
     assert stats.dialogues == len(data) and len(stats.skipped) == 1
 
 
+@pytest.mark.slow
 def test_real_dev_split_imports_as_an_sgdx_variant(shared_sgd, tmp_path):
     """import --sgdx v3 of the real dev split: every frame service is a v3 name; values untouched."""
     from dialogsim.scenarios.sgd.sgdx import load_sgdx
@@ -291,6 +294,7 @@ def test_import_into_a_non_empty_directory_leaves_it_alone(tmp_path):
     assert sorted(p.name for p in run.rglob("*")) == before
 
 
+@pytest.mark.slow
 def test_simulated_sgd_run_projects_to_valid_sgd_and_round_trips(tmp_path):
     """A default simulated run (SGD pack, agenda user, schema agent): valid SGD out, import gives it back."""
     from dialogsim.scenarios.sgd.schema import load_schemas

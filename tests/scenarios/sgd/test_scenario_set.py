@@ -38,6 +38,7 @@ def test_draw_shape_and_stability(sset):
     assert (sset.name, sset.default_user, sset.default_agent) == ("sgd", "agenda", "schema")
 
 
+@pytest.mark.slow
 def test_draws_do_not_depend_on_python_hash_seed():
     """Draws are keyed by blake2b, not hash(): two interpreters with different hash seeds agree."""
     code = ("import json; from dialogsim.scenarios.sgd.scenario_set import load_scenario_set; "
@@ -117,6 +118,7 @@ def test_options_in_the_spec():
         load_scenario_set("#Weather_1?multi_share=lots")
 
 
+@pytest.mark.slow
 def test_default_failures_are_near_real_sgd(sset):
     """With the defaults few searches are infeasible (real dev: 0.4% find nothing) yet some are, to exercise
     NOTIFY_FAILURE, REQUEST_ALTS and relaxation."""

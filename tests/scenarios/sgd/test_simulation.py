@@ -8,7 +8,6 @@ import pytest
 
 from dialogsim.engine.events import AgentTurn, ToolCalled, UserTurn
 from dialogsim.engine.registry import agent_factory, user_factory
-from dialogsim.scenarios.sgd.pack import load_pack
 from dialogsim.scenarios.sgd.scenario_set import SgdScenarioSet
 from dialogsim.testing import simulate, strip_wall
 
@@ -25,12 +24,6 @@ USER_ACTS = {"INFORM_INTENT", "NEGATE_INTENT", "AFFIRM_INTENT", "INFORM", "REQUE
              "REQUEST_ALTS", "THANK_YOU", "GOODBYE"}
 SYSTEM_ACTS = {"INFORM", "REQUEST", "CONFIRM", "OFFER", "NOTIFY_SUCCESS", "NOTIFY_FAILURE", "INFORM_COUNT",
                "OFFER_INTENT", "REQ_MORE", "GOODBYE"}
-
-
-@pytest.fixture(scope="module")
-def pack():
-    """The bundled default pack (shipped as package data, so no ../shared needed)."""
-    return load_pack()
 
 
 def _run(pack, services: list[str], episodes: int, seed: int = 7):
@@ -64,6 +57,7 @@ def run(request, dev_run, unseen_run, unmined_run):
     return {"dev": dev_run, "unseen": unseen_run, "unmined": unmined_run}[request.param]
 
 
+@pytest.mark.slow
 def test_success_rate_at_least_90_percent(run):
     """The agenda user reaches its goal with the rule agent in at least 90% of the dialogues."""
     outcomes = Counter(run.outcomes().values())
@@ -141,6 +135,7 @@ def test_agent_exposes_its_state_every_turn(run):
     assert all(e.state is not None for e in run.of_type("agent_turn"))
 
 
+@pytest.mark.slow
 def test_same_seed_same_dialogues(pack):
     """Two runs with the same seed are byte-identical (wall times aside); another seed differs."""
     a = _run(pack, DEV, 60, seed=11)

@@ -6,14 +6,7 @@ import random
 
 import pytest
 
-from dialogsim.scenarios.sgd.pack import load_pack
 from dialogsim.scenarios.sgd.world import SgdWorld
-
-
-@pytest.fixture(scope="module")
-def pack():
-    """The bundled default pack."""
-    return load_pack()
 
 
 def _world(pack, seed=0, **kw):
