@@ -9,12 +9,14 @@ from pathlib import Path
 import msgspec
 import pytest
 
+from dialogsim.agents.nlu import ValueMatcher
 from dialogsim.engine.cli import main
 from dialogsim.scenarios.sgd.build import build_pack
 from dialogsim.scenarios.sgd.pack import load_pack
 from dialogsim.scenarios.sgd.schema import load_schemas, names_intents
 from dialogsim.scenarios.sgd_corpus import SgdDialogue, read_dialogue_file, validate_dialogue
 from dialogsim.scenarios.sgdx import VARIANTS, load_sgdx
+from dialogsim.users.understanding import Context, Understanding
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "sgd_homes"
 SPLIT = FIXTURE / "test"  # hand-written Homes_2 dialogues and the real test-split schema of Homes_2
@@ -156,3 +158,38 @@ def test_simulated_homes_dialogues_round_trip(tmp_path, listen):
     acts = _acts(dialogues)
     assert {v for a, s, vs in acts if a == "INFORM" and s == "intent" for v in vs} == {"rent", "buy"}
     assert {v for a, s, vs in acts if a in ("INFORM_INTENT", "OFFER_INTENT") for v in vs} <= HOMES_INTENTS
+
+
+@pytest.fixture(scope="module")
+def pack():
+    """The bundled default pack."""
+    return load_pack()
+
+
+def test_agent_reads_only_homes_intents_from_text(pack):
+    """Read from text, a Homes_2 user turn names Homes_2's intents only (other services' INFORM_INTENT
+    templates are not templates of its slot "intent"), and rent/buy inform that slot."""
+    nlu = ValueMatcher(pack, ["Homes_2"])
+    texts = ["I'm looking for an apartment to rent in Fremont.", "I would like to book an appointment to see it.",
+             "Not now, thanks. Bye."]
+    texts += [t["utterance"] for d in json.loads((SPLIT / "dialogues_001.json").read_text()) for t in d["turns"]
+              if t["speaker"] == "USER"]
+    for text in texts:
+        for service, intent in ((None, None), ("Homes_2", "FindHomeByArea")):
+            got = nlu.parse(text, service, intent, set(), [])
+            named = {v for _, a in got if a.act == "INFORM_INTENT" for v in a.canonical_values}
+            assert named <= HOMES_INTENTS, (text, named)
+    got = nlu.parse("I'm looking for an apartment to rent in Fremont.", "Homes_2", "FindHomeByArea", set(), [])
+    assert ("INFORM", "intent", ["rent"]) in [(a.act, a.slot, a.canonical_values) for _, a in got]
+
+
+def test_user_reads_only_homes_intent_offers_from_text(pack):
+    """The agenda user's text reading offers Homes_2's intents only in Homes_2 (not other services' offers)."""
+    reader = Understanding(pack)
+    ctx = Context("Homes_2", "FindHomeByArea")
+    for text in ("Would you like to transfer money?", "Do you want me to play the song?",
+                 "Should I rent the movie for you?", "Would you like to schedule a visit?"):
+        offered = {v for a in reader.understand(text, ctx) if a.act == "OFFER_INTENT" for v in a.values}
+        assert offered <= HOMES_INTENTS, (text, offered)
+    got = reader.understand("Would you like to schedule a visit?", ctx)
+    assert [(a.act, a.values) for a in got] == [("OFFER_INTENT", ["ScheduleVisit"])]
