@@ -73,7 +73,7 @@ class ServiceSchema:
         return self.name.rsplit("_", 1)[0]
 
     def is_categorical(self, slot: str) -> bool:
-        """Whether ``slot`` is categorical (False for unknown slots such as "intent" or "count")."""
+        """Whether ``slot`` is categorical (False for slots the service lacks, such as "count")."""
         s = self.slots.get(slot)
         return bool(s and s.is_categorical)
 
