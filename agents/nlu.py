@@ -19,6 +19,7 @@ from typing import Any
 
 from ..engine.events import Act, SlotSpan
 from ..scenarios.sgd.nlg import builtin_template, parse_token
+from ..scenarios.sgd.schema import names_intents
 
 _WEAK = {"has", "the", "number", "name", "type", "date", "time"}  # words of slot names that say little alone
 _WORD = re.compile(r"[a-z0-9]+")
@@ -191,11 +192,15 @@ def _banks(pack: Any, name: str) -> tuple[_Bank, _Bank]:
     # same name in other domains
     for tok, tpls in (realizer.generic.get("USER") or {}).items():
         parsed = parse_token(tok)
-        if parsed and (parsed[1] in ("", "*") or (parsed[1] == "intent" and parsed[2] in intents)):
+        if parsed and (parsed[1] in ("", "*") or (names_intents(parsed[0], parsed[1], schema.slots)
+                                                     and parsed[2] in intents)):
             entries += [((tok,), t) for t in tpls]
+    # an intent act only for this service's intents (Homes_2 has a slot "intent": other services' INFORM_INTENT
+    # templates are not templates of that slot)
     for tok, sources in (realizer.by_slot.get("USER") or {}).items():
         parsed = parse_token(tok)
-        if parsed and (parsed[1] in schema.slots or (parsed[1] == "intent" and parsed[2] in intents)):
+        if parsed and (parsed[2] in intents if names_intents(parsed[0], parsed[1], schema.slots)
+                       else parsed[1] in schema.slots):
             entries += [((tok,), t) for src in sorted(sources) for t in sources[src]]
     # the schema-phrased sentences users fall back on ("Any city is fine.", "Make sure pets are allowed.")
     for act in _SLOTLESS:

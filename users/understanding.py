@@ -27,6 +27,7 @@ from typing import Any, Iterable
 from ..engine.events import Act
 from ..scenarios.sgd import normalize
 from ..scenarios.sgd.nlg import builtin_template, counted_forms, nameish, parse_token
+from ..scenarios.sgd.schema import names_intents
 from ..scenarios.sgd.values import plausible, value_kind
 
 _WS = re.compile(r"\s+")
@@ -203,7 +204,10 @@ class Understanding:
             yield from add(sig, tpls)
         for tok in realizer.by_slot.get("SYSTEM", {}):
             acts = parse_signature(tok)
-            if acts and len(acts) == 1 and acts[0][1] in svc.slots:
+            # slots only: this service's intent offers come from its own intents below (Homes_2 has a slot
+            # "intent", yet other services' OFFER_INTENT templates do not speak of it)
+            if (acts and len(acts) == 1 and acts[0][1] in svc.slots
+                    and not names_intents(acts[0][0], acts[0][1], svc.slots)):
                 yield from add(tok, realizer._borrow("SYSTEM", service, acts[0][1], tok))
         for tok, tpls in realizer.generic.get("SYSTEM", {}).items():
             if "(" not in tok:  # GOODBYE, REQ_MORE...: INFORM(*v) names no slot, the cue reader covers it

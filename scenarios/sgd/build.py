@@ -18,10 +18,11 @@ from typing import Any, Callable, Iterable
 import msgspec
 
 from ...engine.errors import UserError
-from .mine import Miner, check_dialogue, iter_dialogues
+from .corpus import decode_dialogue_file, validate_dialogue
+from .mine import Miner
 from .pack import FORMAT, MANIFEST, VERSION, is_pack_dir
-from .schema import ServiceSchema, load_schemas
 from .pairs import order_dates, slot_pairs
+from .schema import ServiceSchema, load_schemas
 from .values import ANY_VALUES, _kind, generate, value_kind
 
 GENERATED_ROWS = 40
@@ -54,19 +55,25 @@ def _dialogue_files(dirs: Iterable[str | Path]) -> list[Path]:
     return files
 
 
-def _read_dialogues(path: Path) -> Any:
-    """A decoded dialogues_NNN.json; a truncated or malformed one is a UserError saying where it breaks."""
+def _read_dialogues(path: Path, schemas: dict[str, Any]) -> list[dict[str, Any]]:
+    """The dialogues of one file as plain JSON for the miner, once they pass the checks ``import sgd`` makes
+    (SGD's shape, the schemas' names); a problem is a UserError naming the file, dialogue, turn and element."""
     try:
         raw = path.read_bytes()
     except OSError as exc:
         raise UserError(f"{path}: cannot read the dialogue file ({exc.strerror or exc})") from None
     try:
-        return msgspec.json.decode(raw)
+        data = msgspec.json.decode(raw)
     except msgspec.DecodeError as exc:
         detail = str(exc)
         if "truncated" in detail:
             detail = f"the JSON stops unfinished at byte {len(raw)} (a truncated file?)"
         raise UserError(f"{path}: not a valid JSON dialogue file: {detail}") from None
+    for dialogue in decode_dialogue_file(path, raw):
+        problem = validate_dialogue(dialogue, schemas)
+        if problem is not None:
+            raise UserError(f"{path}: {problem}")
+    return data
 
 
 def _merge_schemas(paths: Iterable[str | Path]) -> tuple[list[dict[str, Any]], list[str]]:
@@ -101,10 +108,10 @@ def build_pack(dialogue_dirs: Iterable[str | Path], schema_paths: Iterable[str |
     if out.exists() and not (out.is_dir() and (is_pack_dir(out) or not any(out.iterdir()))):
         raise UserError(f"{out}: exists and is not a pack directory; refusing to overwrite it")
     miner = Miner(services)
+    by_name = {s["service_name"]: s for s in schemas}
     for f in (progress(files) if progress else files):
         where = str(f)
-        for d in iter_dialogues(_read_dialogues(f), where):
-            check_dialogue(d, services, where)
+        for d in _read_dialogues(f, by_name):
             miner.add(d, where)
     entities, generated = _entities(miner, services)
     spoken, glob = miner.spoken_out()

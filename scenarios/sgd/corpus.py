@@ -18,6 +18,7 @@ from msgspec import UNSET, UnsetType
 from ...engine.errors import UserError
 from ...engine.events import (Act, AgentTurn, DialogueState, EpisodeEnded, EpisodeStarted, Event, Frame, SlotSpan,
                               ToolCalled, ToolReturned, UserTurn)
+from .schema import names_intents
 
 SCENARIO_KIND = "sgd_dialogue"
 
@@ -103,6 +104,11 @@ def read_dialogue_file(path: Path) -> list[SgdDialogue]:
         raw = path.read_bytes()
     except OSError as exc:
         raise UserError(f"{path}: cannot read ({exc.strerror})") from None
+    return decode_dialogue_file(path, raw)
+
+
+def decode_dialogue_file(path: Path, raw: bytes) -> list[SgdDialogue]:
+    """All dialogues of one file's bytes, decoded strictly; a UserError names the file, dialogue and turn at fault."""
     try:
         return _file_decoder.decode(raw)
     except msgspec.ValidationError:  # a subclass of DecodeError: the JSON is fine, the shape is not
@@ -178,17 +184,21 @@ def describe_invalid(path: Path, index: int, item: Any, exc: msgspec.ValidationE
 
 
 def validate_dialogue(dialogue: SgdDialogue, known_services: set[str] | dict[str, Any] | None) -> str | None:
-    """Semantic checks beyond the shape: None when fine, else a message naming the dialogue and turn."""
+    """Semantic checks beyond the shape: None when fine, else a message naming the dialogue and turn.
+
+    With the schemas (``known_services`` a dict of raw service schemas) every slot and intent name is
+    checked too; this is the one check of both ``import sgd`` and ``pack build``.
+    """
+    if known_services is not None:
+        for service in dialogue.services:
+            if service not in known_services:
+                return f"dialogue {dialogue.dialogue_id}: unknown service {service!r} (not in the schema)"
     listed = set(dialogue.services)
     names: dict[str, tuple[set[str], set[str]]] = {}  # service -> its schema's slot and intent names
     for index, turn in enumerate(dialogue.turns):
         problem = _turn_problem(turn, listed, known_services, names)
         if problem is not None:
             return f"dialogue {dialogue.dialogue_id}, turn {index}: {problem}"
-    if known_services is not None:
-        for service in dialogue.services:
-            if service not in known_services:
-                return f"dialogue {dialogue.dialogue_id}: unknown service {service!r} (not in the schema)"
     return None
 
 
@@ -225,9 +235,9 @@ def _turn_problem(turn: SgdTurn, listed: set[str], known_services: set[str] | di
     return None
 
 
-# action slots that are not schema slots: "" (GOODBYE, SELECT, ...), "intent" (INFORM_INTENT, OFFER_INTENT,
-# whose values are intent names) and "count" (INFORM_COUNT)
-_ACTION_SLOTS = ("", "intent", "count")
+# action slots that name nothing in the schema: "" (GOODBYE, SELECT, ...) and "count" (INFORM_COUNT); whether
+# "intent" names intents or a slot is for names_intents to say
+_ACTION_SLOTS = ("", "count")
 
 
 def _schema_names(schema: dict[str, Any]) -> tuple[set[str], set[str]]:
@@ -239,12 +249,12 @@ def _unknown_name(frame: SgdFrame, slots: set[str], intents: set[str]) -> str | 
     """The first slot or intent name in a frame that its service's schema (its ``slots`` and ``intents``)
     does not define, described."""
     for index, act in enumerate(frame.actions):
-        if act.slot not in slots and act.slot not in _ACTION_SLOTS:
-            return f"actions[{index}] ({act.act}): unknown slot {act.slot!r}"
-        if act.slot == "intent":
+        if names_intents(act.act, act.slot, slots):
             for value in act.values:
                 if value not in intents:
                     return f"actions[{index}] ({act.act}): unknown intent {value!r}"
+        elif act.slot not in slots and act.slot not in _ACTION_SLOTS:
+            return f"actions[{index}] ({act.act}): unknown slot {act.slot!r}"
     for span in frame.slots:
         if span.slot not in slots:
             return f"slots: span of unknown slot {span.slot!r}"
@@ -265,6 +275,11 @@ def _unknown_name(frame: SgdFrame, slots: set[str], intents: set[str]) -> str | 
         for name in call.parameters:
             if name not in slots:
                 return f"service_call.parameters: unknown slot {name!r}"
+    if frame.service_results is not UNSET:
+        for row_index, row in enumerate(frame.service_results):
+            if not slots.issuperset(row):  # one test per row, in C: result rows hold most of a file's names
+                name = next(name for name in row if name not in slots)
+                return f"service_results[{row_index}]: unknown slot {name!r}"
     return None
 
 

@@ -7,7 +7,7 @@ from collections import Counter, defaultdict
 from typing import Any, Iterable
 
 from .nlg import act_token, generic_token, signature
-from .schema import ServiceSchema
+from .schema import ServiceSchema, names_intents
 from .values import _kind
 
 _TIMEISH = re.compile(r"^\d{1,2}:\d{2}$|^\d{4}-\d{2}-\d{2}$")
@@ -155,9 +155,10 @@ class Miner:
                 svc = frame.get("service")
                 if svc not in self.services:
                     continue
+                slots = self.services[svc].slots
                 for a in frame.get("actions", []):
                     vals, canon = a.get("values", []), a.get("canonical_values", [])
-                    if a.get("slot") and not a["act"].endswith("_INTENT") and len(vals) == len(canon):
+                    if a.get("slot") and not names_intents(a["act"], a["slot"], slots) and len(vals) == len(canon):
                         for v, c in zip(vals, canon):
                             self.spoken[svc][a["slot"]][c][v] += 1
                             if _TIMEISH.match(c):
@@ -214,9 +215,12 @@ class Miner:
         canon: dict[tuple[str, str, str], str] = {}
         for turn in dialogue.get("turns", []):
             for frame in turn.get("frames", []):
+                svc = self.services.get(frame.get("service"))
+                if svc is None:
+                    continue
                 for a in frame.get("actions", []):
                     vals, cans = a.get("values", []), a.get("canonical_values", [])
-                    if a.get("slot") and len(vals) == len(cans):
+                    if a.get("slot") and not names_intents(a["act"], a["slot"], svc.slots) and len(vals) == len(cans):
                         for v, c in zip(vals, cans):
                             canon[(frame.get("service", ""), a["slot"], v)] = c
         for turn in dialogue.get("turns", []):
@@ -430,92 +434,3 @@ class _Stats:
         return {"services": svcs, "pairs": dict(self.pairs.most_common()), "transfers": dict(self.transfers.most_common()),
                 "multi_service_share": self.multi / self.n if self.n else 0.0,
                 "mean_turns": self.turns_total / self.n if self.n else 0.0, "dialogues": self.n}
-
-
-def iter_dialogues(data: Any, where: str) -> Iterable[dict[str, Any]]:
-    """The dialogues of one decoded dialogues_NNN.json (a list of dialogue objects)."""
-    from ...engine.errors import UserError
-    if not isinstance(data, list):
-        raise UserError(f"{where}: expected a JSON list of dialogues")
-    for k, d in enumerate(data):
-        if not isinstance(d, dict) or not isinstance(d.get("turns"), list):
-            raise UserError(f"{where}: dialogue #{k}: expected an object with a 'turns' list")
-        yield d
-
-
-_SLOTLESS = ("", "intent", "count")  # act slots SGD uses besides the schema's: none, the intent, a count
-
-
-def check_dialogue(d: dict[str, Any], services: dict[str, ServiceSchema], where: str) -> None:
-    """Raise a UserError naming file, dialogue, turn and element for anything the schemas do not define."""
-    from ...engine.errors import UserError
-    did = d.get("dialogue_id", "?")
-    head = f"{where}: dialogue {did}"
-    for svc in d.get("services") or ():
-        if svc not in services:
-            raise UserError(f"{head}: service {svc!r} is not in the schemas")
-    for k, turn in enumerate(d["turns"]):
-        at = f"{head} turn {k}"
-        if not isinstance(turn, dict) or not isinstance(turn.get("frames", []), list):
-            raise UserError(f"{at}: expected an object with a 'frames' list")
-        for frame in turn.get("frames", []):
-            name = frame.get("service") if isinstance(frame, dict) else None
-            if not isinstance(name, str):
-                raise UserError(f"{at}: expected frames to be objects with a 'service'")
-            svc = services.get(name)
-            if svc is None:
-                raise UserError(f"{at}: service {name!r} is not in the schemas")
-            _check_frame(frame, svc, at)
-
-
-def _check_frame(frame: dict[str, Any], svc: ServiceSchema, at: str) -> None:
-    from ...engine.errors import UserError
-
-    def slot(s: Any, where: str = "") -> None:
-        if s not in svc.slots:
-            raise UserError(f"{at}: slot {s!r}{where} is not a slot of service {svc.name}")
-
-    def intent(i: Any, where: str = "") -> None:
-        if i not in svc.intents:
-            raise UserError(f"{at}: intent {i!r}{where} is not an intent of service {svc.name}")
-
-    for a in _objects(frame, "actions", at):
-        if not isinstance(a.get("act"), str) or not isinstance(a.get("values", []), list):
-            raise UserError(f"{at}: expected actions with an 'act' and a 'values' list")
-        s = a.get("slot", "")
-        if s == "intent":
-            for v in a.get("values", []):
-                intent(v, f" (in {a['act']})")
-        elif s not in _SLOTLESS:
-            slot(s, f" (in {a['act']})")
-    for sp in _objects(frame, "slots", at):
-        slot(sp.get("slot"), " (span)")
-    state = frame.get("state")
-    if state is not None:
-        if not isinstance(state, dict):
-            raise UserError(f"{at}: expected 'state' to be an object")
-        if state.get("active_intent", "NONE") != "NONE":
-            intent(state["active_intent"], " (active intent)")
-        for s in state.get("requested_slots") or ():
-            slot(s, " (requested)")
-        for s in state.get("slot_values") or {}:
-            slot(s, " (state)")
-    call = frame.get("service_call")
-    if call is not None:
-        if not isinstance(call, dict) or not isinstance(call.get("parameters", {}), dict):
-            raise UserError(f"{at}: expected 'service_call' to be an object with a 'parameters' object")
-        intent(call.get("method"), " (service call)")
-        for s in call.get("parameters", {}):
-            slot(s, " (service call)")
-    for row in _objects(frame, "service_results", at):
-        for s in row:
-            slot(s, " (service results)")
-
-
-def _objects(frame: dict[str, Any], key: str, at: str) -> list[dict[str, Any]]:
-    """``frame[key]`` checked to be a list of objects (missing: empty)."""
-    from ...engine.errors import UserError
-    items = frame.get(key, [])
-    if not isinstance(items, list) or not all(isinstance(x, dict) for x in items):
-        raise UserError(f"{at}: expected {key!r} to be a list of objects")
-    return items

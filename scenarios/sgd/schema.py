@@ -4,11 +4,25 @@ from __future__ import annotations
 
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import Any, Container
 
 import msgspec
 
 from ...engine.errors import UserError
+
+
+# The acts whose "intent" slot holds intent names: INFORM_INTENT(intent=FindRestaurants), OFFER_INTENT(...).
+INTENT_ACTS = frozenset(("INFORM_INTENT", "OFFER_INTENT"))
+
+
+def names_intents(act: str, slot: str, service_slots: Container[str]) -> bool:
+    """Whether an act's values are intent names rather than values of a slot of the service.
+
+    SGD writes intent names under the slot "intent", but a service may define a slot called "intent" too
+    (Homes_2: rent or buy): there only the intent acts name intents, as in the SGD-X generator; an
+    INFORM(intent=buy) informs that slot.
+    """
+    return slot == "intent" and (act in INTENT_ACTS or slot not in service_slots)
 
 
 class SlotSchema(msgspec.Struct, frozen=True):
@@ -59,7 +73,7 @@ class ServiceSchema:
         return self.name.rsplit("_", 1)[0]
 
     def is_categorical(self, slot: str) -> bool:
-        """Whether ``slot`` is categorical (False for unknown slots such as "intent" or "count")."""
+        """Whether ``slot`` is categorical (False for slots the service lacks, such as "count")."""
         s = self.slots.get(slot)
         return bool(s and s.is_categorical)
 

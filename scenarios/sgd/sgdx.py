@@ -3,8 +3,10 @@
 The variant schemas (``vN/{train,dev,test}/schema.json``) list the same services, slots and intents in the
 same order as the original schemas, so the mapping is positional. Converting a dialogue renames service
 names, slot names (acts, spans, requested slots, slot value keys, call parameters, result keys), intent
-names (active intent, call method, and the values of acts whose slot is "intent"); slot values stay as
-they are. Names the schema does not know ("intent", "count") are left unchanged.
+names (active intent, call method, and the values of acts that name intents: INFORM_INTENT(intent=...) and
+OFFER_INTENT(...), see ``names_intents``); slot values stay as they are. A slot the service defines is renamed
+whatever it is called (Homes_2's "intent": INFORM(intent=buy) becomes INFORM(purpose=buy) in v1); act slots
+the schema does not know ("", "count", the "intent" of an intent act) are left unchanged.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from msgspec import UNSET
 
 from ...engine.errors import UserError
 from .corpus import SgdAct, SgdCall, SgdDialogue, SgdFrame, SgdSpan, SgdState, SgdTurn
-from .schema import load_schemas
+from .schema import load_schemas, names_intents
 
 VARIANTS = ("v1", "v2", "v3", "v4", "v5")
 SPLITS = ("train", "dev", "test")
@@ -95,7 +97,8 @@ class SgdxMap:
 
     @staticmethod
     def _act(a: SgdAct, slots: dict[str, str], intents: dict[str, str]) -> SgdAct:
-        if a.slot == "intent":
+        # slots maps the service's original slot names, so it also says whether "intent" is one of them
+        if names_intents(a.act, a.slot, slots):
             return SgdAct(act=a.act, canonical_values=[intents.get(v, v) for v in a.canonical_values],
                           slot=a.slot, values=[intents.get(v, v) for v in a.values])
         return SgdAct(act=a.act, canonical_values=a.canonical_values, slot=slots.get(a.slot, a.slot),

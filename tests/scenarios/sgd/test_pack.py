@@ -148,27 +148,36 @@ def _frame(dialogues, turn: int = 2) -> dict:
     return dialogues[0]["turns"][turn]["frames"][0]
 
 
+_AT = "turn 2: frame for Restaurants_2: "
+
+
 @pytest.mark.parametrize("spoil, element", [
-    (lambda d: _frame(d)["actions"][0].update(slot="foo"),
-     "slot 'foo' (in INFORM) is not a slot of service Restaurants_2"),
-    (lambda d: _frame(d)["slots"][0].update(slot="foo"), "slot 'foo' (span) is not a slot of service Restaurants_2"),
+    (lambda d: _frame(d)["actions"][0].update(slot="foo"), _AT + "actions[0] (INFORM): unknown slot 'foo' (not in the schema)"),
+    (lambda d: _frame(d)["slots"][0].update(slot="foo"), _AT + "slots: span of unknown slot 'foo' (not in the schema)"),
     (lambda d: _frame(d)["state"]["slot_values"].update(foo=["x"]),
-     "slot 'foo' (state) is not a slot of service Restaurants_2"),
+     _AT + "state.slot_values: unknown slot 'foo' (not in the schema)"),
     (lambda d: _frame(d)["state"].update(active_intent="BookTable"),
-     "intent 'BookTable' (active intent) is not an intent of service Restaurants_2"),
-    (lambda d: _frame(d)["actions"].append({"act": "INFORM_INTENT", "slot": "intent", "values": ["BookTable"]}),
-     "intent 'BookTable' (in INFORM_INTENT) is not an intent of service Restaurants_2"),
-    (lambda d: _frame(d).update(service="Nowhere_9"), "service 'Nowhere_9' is not in the schemas"),
-    (lambda d: _frame(d).update(service_call={"method": "FindRestaurants", "parameters": {"foo": "x"}}),
-     "slot 'foo' (service call) is not a slot of service Restaurants_2"),
-    (lambda d: _frame(d).update(actions={"act": "INFORM"}), "expected 'actions' to be a list of objects"),
+     _AT + "state.active_intent: unknown intent 'BookTable' (not in the schema)"),
+    (lambda d: _frame(d)["actions"].append({"act": "INFORM_INTENT", "canonical_values": ["BookTable"], "slot": "intent",
+                                            "values": ["BookTable"]}),
+     _AT + "actions[2] (INFORM_INTENT): unknown intent 'BookTable' (not in the schema)"),
+    (lambda d: _frame(d).update(service="Nowhere_9"), "turn 2: unknown service 'Nowhere_9' (not in the schema)"),
+    (lambda d: _frame(d, 3).update(service_call={"method": "FindRestaurants", "parameters": {"foo": "x"}},
+                                   service_results=[]),
+     "turn 3: frame for Restaurants_2: service_call.parameters: unknown slot 'foo' (not in the schema)"),
+    (lambda d: _frame(d, 3).update(service_call={"method": "FindRestaurants", "parameters": {}},
+                                   service_results=[{"foo": "x"}]),
+     "turn 3: frame for Restaurants_2: service_results[0]: unknown slot 'foo' (not in the schema)"),
+    (lambda d: _frame(d).update(actions={"act": "INFORM"}),
+     "turn 2: not SGD (Expected `array`, got `object` - at `$.turns[2].frames[0].actions`)"),
 ])
 def test_dialogues_outside_the_schemas_name_file_dialogue_turn_and_element(tmp_path, spoil, element):
-    """A slot, intent or service the schemas lack fails the build with one line naming where, no pack left."""
+    """A slot, intent or service the schemas lack fails the build with one line naming where, no pack left;
+    the message is the one ``import sgd`` gives (one checker for both)."""
     bad = _spoilt(tmp_path, spoil)
     with pytest.raises(UserError) as err:
         build_pack([bad], [SMALL / "schema.json"], tmp_path / "out")
-    assert str(err.value) == f"{bad / 'dialogues_003.json'}: dialogue 1_00000 turn 2: {element}"
+    assert str(err.value) == f"{bad / 'dialogues_003.json'}: dialogue 1_00000, {element}"
     assert _no_leftovers(tmp_path, "out")
 
 
@@ -196,7 +205,8 @@ def test_cli_pack_build_of_a_bad_dialogue_is_one_line_and_exit_2(tmp_path, capsy
     err = capsys.readouterr().err
     assert code == 2 and not (tmp_path / "never").exists()
     assert err.strip().count("\n") == 0 and "Traceback" not in err
-    assert "dialogues_003.json: dialogue 1_00000 turn 2: slot 'foo' (in INFORM) is not a slot of service Restaurants_2" in err
+    assert ("dialogues_003.json: dialogue 1_00000, turn 2: frame for Restaurants_2: actions[0] (INFORM): unknown slot "
+            "'foo' (not in the schema)") in err
 
 
 def test_rebuild_replaces_a_pack_but_never_clobbers_other_dirs(tmp_path):
