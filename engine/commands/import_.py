@@ -2,6 +2,8 @@
 
 One episode per dialogue (episode id = dialogue id), every annotation kept; files are read one at a
 time and their events written as they are converted, so memory does not grow with the corpus.
+``dialogsim import tcbot FILE --out RUN_DIR`` does the same for a TC-Bot-style file (rl/tcbot.py); both
+write through ``write_imported_run``.
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ import argparse
 import gc
 import shutil
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +34,13 @@ def register(sub: Any) -> None:
     s.add_argument("--run-id", help="run id (default: sgd-<name of SRC_DIR>)")
     add_sgdx_arguments(s)
     s.set_defaults(handler=handle)
+    t = kinds.add_parser("tcbot", help="import a TC-Bot-style simulated-dialogue file ({episode_id: [act, ...]})",
+                         description="Import a TC-Bot / seed-style dialogue file: one episode per episode id, "
+                                     "each act kept verbatim (see docs/rl.md).")
+    t.add_argument("file", help="JSON file {episode_id: [{diaact, inform_slots, request_slots, speaker}, ...]}")
+    t.add_argument("--out", required=True, help="run directory to create (must be absent or empty)")
+    t.add_argument("--run-id", help="run id (default: tcbot-<file name without extension>)")
+    t.set_defaults(handler=handle_tcbot)
 
 
 def add_sgdx_arguments(p: argparse.ArgumentParser) -> None:
@@ -114,19 +123,31 @@ def import_sgd(src: str | Path, out: str | Path, *, schema: str | Path | None = 
     schema_path = Path(schema) if schema is not None else src / "schema.json"
     if not schema_path.is_file():
         raise UserError(f"{schema_path}: no schema.json (pass --schema PATH)")
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        raise UserError(f"{out}: exists and is not an empty directory; choose a new --out")
+    check_new_run_dir(out)
     schemas = {s["service_name"]: s for s in load_schemas(schema_path)}
     run_id = run_id or f"sgd-{src.resolve().name}"
-    existed = out.exists()
     stats = ImportStats()
     config = {"command": "import sgd", "source": str(src.resolve()), "schema": str(schema_path.resolve()),
               "sgdx": getattr(sgdx, "variant", None)}
+    write_imported_run(out, sgd_events(src, schemas, run_id, skip_invalid=skip_invalid, sgdx=sgdx, stats=stats),
+                       run_id=run_id, config=config)
+    return stats
+
+
+def check_new_run_dir(out: Path) -> None:
+    """Refuse an import target that exists and is not an empty directory."""
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise UserError(f"{out}: exists and is not an empty directory; choose a new --out")
+
+
+def write_imported_run(out: Path, events: Iterable[Event], *, run_id: str, config: dict[str, Any]) -> None:
+    """Write an import's events as a new run in ``out`` (absent or empty); nothing is left behind on error."""
+    check_new_run_dir(out)
+    existed = out.exists()
     gc_was_enabled = gc.isenabled()
     gc.disable()  # millions of acyclic objects: cycle collection only costs time here
     try:
-        write_events(out, sgd_events(src, schemas, run_id, skip_invalid=skip_invalid, sgdx=sgdx, stats=stats),
-                     run_id=run_id, config=config, seed=0, durability="batch")
+        write_events(out, events, run_id=run_id, config=config, seed=0, durability="batch")
     except BaseException:
         # out was absent or empty before (checked above): whatever is in it now is this import's
         if out.exists():
@@ -137,7 +158,6 @@ def import_sgd(src: str | Path, out: str | Path, *, schema: str | Path | None = 
     finally:
         if gc_was_enabled:
             gc.enable()
-    return stats
 
 
 def handle(args: argparse.Namespace) -> int:
@@ -145,6 +165,13 @@ def handle(args: argparse.Namespace) -> int:
                        sgdx=sgdx_from_args(args), run_id=args.run_id)
     print(f"imported {stats.dialogues} dialogues ({stats.turns} turns) from {stats.files} files into {args.out}")
     report_skipped(stats)
+    return 0
+
+
+def handle_tcbot(args: argparse.Namespace) -> int:
+    from ...rl.tcbot import import_tcbot
+    episodes, acts = import_tcbot(args.file, args.out, run_id=args.run_id)
+    print(f"imported {episodes} episodes ({acts} acts) from {args.file} into {args.out}")
     return 0
 
 

@@ -14,6 +14,7 @@ from ..log import RunDir
 from ..projections import get_projection, run_projection
 from .eval_dst import seen_services
 from .import_ import add_sgdx_arguments, sgdx_from_args
+from ...rl.rewards import parse_reward_options
 
 
 def register(sub: Any) -> None:
@@ -29,6 +30,9 @@ def register(sub: Any) -> None:
     p.add_argument("--train-schema", metavar="PATH",
                    help="dst_metrics: train-split schema.json whose services count as seen "
                         "(default: the 26 services of the SGD train split)")
+    p.add_argument("--reward-opt", action="append", default=[], metavar="KEY=VALUE",
+                   help="rl: reward option (per_turn, success, failure, max_turns, success_slot; docs/rl.md)")
+    p.add_argument("--reward-config", metavar="PATH", help="rl: reward options as a JSON object")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     add_sgdx_arguments(p)
     p.set_defaults(handler=handle)
@@ -37,10 +41,14 @@ def register(sub: Any) -> None:
 def handle(args: argparse.Namespace) -> int:
     if args.sgdx and args.to != "sgd":
         raise UserError(f"--sgdx applies to --to sgd, not to --to {args.to}")
-    options: dict[str, Any] = {"sgdx": sgdx_from_args(args),
-                               "seen": seen_services(args.train_schema) if args.train_schema else None}
-    projection = get_projection(args.to, options)
+    if (args.reward_opt or args.reward_config) and args.to != "rl":
+        raise UserError(f"--reward-opt and --reward-config apply to --to rl, not to --to {args.to}")
     run = RunDir.open(args.run_dir)
+    options: dict[str, Any] = {"sgdx": sgdx_from_args(args),
+                               "seen": seen_services(args.train_schema) if args.train_schema else None,
+                               "reward": parse_reward_options(args.reward_opt, args.reward_config),
+                               "run_config": run.manifest.get("config")}
+    projection = get_projection(args.to, options)
     imported = run.imported_by()
     if imported and run.manifest.get("status") != "completed":
         # an import writes its events in one go: one that did not complete holds an arbitrary prefix
