@@ -73,28 +73,34 @@ DIAACT_RANK: dict[str, int] = {name: rank for rank, name in enumerate((
     "request_alts", "deny", "confirm_answer", "inform", "req_more", "thanks"))}
 
 
+# act name -> (diaact, slot place, rank): one lookup per act in turn_act
+_MAPPED: dict[str, tuple[str, str | None, int]] = {
+    act: (diaact, place, DIAACT_RANK[diaact]) for act, (diaact, place) in SGD_TO_TCBOT.items()}
+_UNKNOWN_RANK = len(DIAACT_RANK)
+
+
 def turn_act(frames: list[Frame], speaker: str) -> dict[str, Any]:
     """One turn's SGD frames as a TC-Bot act (see the table above)."""
-    diaact, rank = NONE, len(DIAACT_RANK) + 1
+    diaact, rank = NONE, _UNKNOWN_RANK + 1
     request_slots: dict[str, Any] = {}
     inform_slots: dict[str, Any] = {}
     for frame in frames:
         for act in frame.actions:
-            mapped = SGD_TO_TCBOT.get(act.act)
+            mapped = _MAPPED.get(act.act)
             if mapped is None:
-                name, place = act.act.lower(), INFORM
+                name, place, act_rank = act.act.lower(), INFORM, _UNKNOWN_RANK
             else:
-                name, place = mapped
-            act_rank = DIAACT_RANK.get(name, len(DIAACT_RANK))
+                name, place, act_rank = mapped
             if act_rank < rank:
                 diaact, rank = name, act_rank
-            if act.slot and place is not None:
+            slot = act.slot
+            if slot and place is not None:
                 if place == REQUEST:
-                    request_slots[act.slot] = UNK
+                    request_slots[slot] = UNK
                 elif act.values:
-                    inform_slots[act.slot] = act.values[0]
+                    inform_slots[slot] = act.values[0]
                 elif mapped is not None:
-                    inform_slots[act.slot] = ""  # SGD never leaves these empty; a live agent might
+                    inform_slots[slot] = ""  # SGD never leaves these empty; a live agent might
     return {"diaact": diaact, "request_slots": request_slots, "inform_slots": inform_slots, "speaker": speaker}
 
 

@@ -38,6 +38,7 @@ _CHUNK = 1 << 20
 
 _decode_episode = msgspec.json.Decoder(EpisodeActs).decode
 _decode = msgspec.json.decode
+_encode_sorted = msgspec.json.Encoder(order="sorted").encode
 
 
 def _dumps(value: Any) -> str:
@@ -50,6 +51,14 @@ class CompatConverter:
     def __init__(self) -> None:
         self.index = 0
         self.feasible: list[dict[str, Any]] = [dict(GREETING), dict(BYE)]
+        self._seen = {_encode_sorted(action) for action in self.feasible}  # a quick yes for known actions
+
+    def _add_feasible(self, action: dict[str, Any]) -> None:
+        key = _encode_sorted(action)
+        if key not in self._seen:
+            self._seen.add(key)
+            if action not in self.feasible:  # Python's dict equality decides, as in the converter
+                self.feasible.append(action)
 
     def episode(self, acts: list[dict[str, Any]]) -> list[tuple[int, list[Any]]]:
         """One episode's acts -> its ``(global index, [s, a, r, s', over])`` tuples."""
@@ -62,8 +71,7 @@ class CompatConverter:
             total -= 1
             if act["speaker"] == "agent":
                 action = placeholder_action(act)
-                if action not in self.feasible:
-                    self.feasible.append(action)
+                self._add_feasible(action)
                 steps.append((tracker.state_json(), action, total))
                 tracker.update_agent(act)
             else:

@@ -47,6 +47,16 @@ def test_import_keeps_every_act_verbatim(tmp_path):
     assert manifest["config"]["command"] == "import tcbot"
 
 
+def test_events_shows_the_recorded_act(tmp_path, capsys):
+    """`dialogsim events` prints an imported turn's act as recorded."""
+    path = _write(tmp_path, {"a": [_act("user", inform_slots={"x": "1"}), _act("agent", "bye")]})
+    import_tcbot(path, tmp_path / "run")
+    capsys.readouterr()
+    assert main(["events", str(tmp_path / "run"), "--episode", "a"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert '"inform_slots": {"x": "1"}' in lines[1] and '"diaact": "bye"' in lines[2]
+
+
 def test_extra_keys_and_natural_language_are_kept(tmp_path):
     """Keys beyond the four are kept; an act's "nl" text becomes the turn's utterance."""
     path = _write(tmp_path, {"a": [_act("user", nl="hello", extra=[1]), _act("agent")]})
