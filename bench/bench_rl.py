@@ -1,7 +1,7 @@
 """rl projection throughput, in transitions per second on one core.
 
 Imports an SGD split (default: the real dev split in ../shared/sgd, 19,384 agent turns; without it, the
-in-repo fixture repeated to a similar size) into a fresh run directory, then projects it with ``rl``
+small in-repo fixture) into a fresh run directory, then projects it with ``rl``
 end to end (log read, fold, render, files written) into a fresh output directory, and again with nothing
 new (the render alone, from the checkpoint). Also times its parts on the same log: reading the log alone,
 and the fold over every episode. Target: >= 100,000 transitions/s.
@@ -57,9 +57,8 @@ def main() -> None:
         elif (SHARED / "dev").is_dir():
             src, schema = SHARED / "dev", SHARED / "schemas" / "dev" / "schema.json"
         else:
-            from bench_sgd_io import _fixture_split  # the same stand-in corpus as the SGD I/O benchmark
-            src, schema = _fixture_split(tmp / "fixture", copies=510), None
-            print("../shared/sgd not found: using the in-repo fixture repeated 510 times")
+            src, schema = ROOT / "tests" / "fixtures" / "sgd", None
+            print("../shared/sgd not found: using the small in-repo fixture (figures are rough)")
         run = tmp / "run"
         stats = import_sgd(src, run, schema=schema)
         inf = (float("inf"), float("inf"))
