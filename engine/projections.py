@@ -2,7 +2,8 @@
 
 A projection has a ``name`` and a ``version``; ``fold(events)`` turns one finished episode's events into a
 JSON-ready output (or None), and ``render(outputs)`` turns the raw JSON of every output, in order, into
-``(relative file name, bytes)`` pairs. Neither does I/O: ``run_projection`` reads the log, keeps the
+``(relative file name, bytes)`` pairs (or an iterator of byte chunks in place of the bytes, written in
+order, so that a large file need not be held whole). Neither does I/O: ``run_projection`` reads the log, keeps the
 per-episode outputs in a checkpoint beside the files, and writes the files. Layout of an output dir
 (default ``RUN_DIR/projections/<name>@v<k>/``)::
 
@@ -50,8 +51,8 @@ class Projection(Protocol):
 
     A projection plug-in (registry kind ``projection``) is a factory ``factory(options) -> Projection``; for
     ``dialogsim project RUN --to NAME OPTIONS...`` it may also define ``add_arguments(parser)`` and
-    ``from_arguments(args) -> Projection``, which read its own command-line options (files, say) so that the
-    projection itself stays pure.
+    ``from_arguments(args, run) -> Projection``, which read its own command-line options (files, say) and the
+    run directory (its recorded config, say) so that the projection itself stays pure.
     """
 
     name: str
@@ -65,8 +66,8 @@ class Projection(Protocol):
         """One finished episode's events -> a msgspec-encodable output, or None to contribute nothing."""
         ...
 
-    def render(self, outputs: Iterator[bytes]) -> Iterator[tuple[str, bytes]]:
-        """The raw JSON of every non-None output, in order -> the files to write."""
+    def render(self, outputs: Iterator[bytes]) -> Iterator[tuple[str, bytes | Iterable[bytes]]]:
+        """The raw JSON of every non-None output, in order -> the files to write (bytes, or chunks in order)."""
         ...
 
 
@@ -236,7 +237,7 @@ def _stored_outputs(path: Path) -> Iterator[bytes]:
             yield raw
 
 
-def _write_files(out: Path, files: Iterable[tuple[str, bytes]], stale: list[str]) -> list[str]:
+def _write_files(out: Path, files: Iterable[tuple[str, bytes | Iterable[bytes]]], stale: list[str]) -> list[str]:
     # every file goes to a temporary name first and all are renamed at the end, so an error or Ctrl-C
     # while rendering leaves the previous output whole instead of a mix of old and new files
     written: list[str] = []
@@ -262,11 +263,15 @@ def _tmp_path(path: Path) -> Path:
     return path.with_name(path.name + ".tmp")
 
 
-def _write_tmp(path: Path, data: bytes) -> None:
+def _write_tmp(path: Path, data: bytes | Iterable[bytes]) -> None:
     tmp = _tmp_path(path)
     try:
         with open(tmp, "wb") as f:
-            f.write(data)
+            if isinstance(data, bytes):
+                f.write(data)
+            else:
+                for chunk in data:
+                    f.write(chunk)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise

@@ -31,7 +31,7 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.set_defaults(handler=handle, takes_extra=True)
 
 
-def _projection(args: argparse.Namespace) -> Any:
+def _projection(args: argparse.Namespace, run: RunDir) -> Any:
     """The projection --to names, built from its own options (the arguments ``project`` does not know)."""
     factory = registry.lookup("projection", args.to)
     parser = _OptionParser(prog=f"dialogsim project --to {args.to}", add_help=False)
@@ -42,7 +42,7 @@ def _projection(args: argparse.Namespace) -> Any:
         print(parser.format_help() if add_arguments is not None else f"--to {args.to} takes no options")
         return None
     own = parser.parse_args(args.extra)
-    return factory.from_arguments(own) if add_arguments is not None else factory({})
+    return factory.from_arguments(own, run) if add_arguments is not None else factory({})
 
 
 class _OptionParser(argparse.ArgumentParser):
@@ -51,10 +51,10 @@ class _OptionParser(argparse.ArgumentParser):
 
 
 def handle(args: argparse.Namespace) -> int:
-    projection = _projection(args)
+    run = RunDir.open(args.run_dir)
+    projection = _projection(args, run)
     if projection is None:
         return 0
-    run = RunDir.open(args.run_dir)
     imported = run.imported_by()
     if imported and run.manifest.get("status") != "completed":
         # an import writes its events in one go: one that did not complete holds an arbitrary prefix

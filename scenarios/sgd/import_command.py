@@ -7,8 +7,6 @@ time and their events written as they are converted, so memory does not grow wit
 from __future__ import annotations
 
 import argparse
-import gc
-import shutil
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,7 +14,7 @@ from typing import Any
 
 from ...engine.errors import UserError
 from ...engine.events import Event
-from ...engine.log import write_events
+from ...engine.log import check_new_run_dir, write_events
 from .sgdx import add_sgdx_arguments, sgdx_from_args
 
 
@@ -96,29 +94,14 @@ def import_sgd(src: str | Path, out: str | Path, *, schema: str | Path | None = 
     schema_path = Path(schema) if schema is not None else src / "schema.json"
     if not schema_path.is_file():
         raise UserError(f"{schema_path}: no schema.json (pass --schema PATH)")
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        raise UserError(f"{out}: exists and is not an empty directory; choose a new --out")
+    check_new_run_dir(out)  # before the schemas are read
     schemas = {s["service_name"]: s for s in load_schemas(schema_path)}
     run_id = run_id or f"sgd-{src.resolve().name}"
-    existed = out.exists()
     stats = ImportStats()
     config = {"command": "import sgd", "source": str(src.resolve()), "schema": str(schema_path.resolve()),
               "sgdx": getattr(sgdx, "variant", None)}
-    gc_was_enabled = gc.isenabled()
-    gc.disable()  # millions of acyclic objects: cycle collection only costs time here
-    try:
-        write_events(out, sgd_events(src, schemas, run_id, skip_invalid=skip_invalid, sgdx=sgdx, stats=stats),
-                     run_id=run_id, config=config, seed=0, durability="batch")
-    except BaseException:
-        # out was absent or empty before (checked above): whatever is in it now is this import's
-        if out.exists():
-            shutil.rmtree(out)
-            if existed:
-                out.mkdir()
-        raise
-    finally:
-        if gc_was_enabled:
-            gc.enable()
+    write_events(out, sgd_events(src, schemas, run_id, skip_invalid=skip_invalid, sgdx=sgdx, stats=stats),
+                 run_id=run_id, config=config)
     return stats
 
 
