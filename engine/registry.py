@@ -23,6 +23,7 @@ BUILTIN_MODULES = [
     "dialogsim.scenarios.sgd.scenario_set",
     "dialogsim.agents.http_native", "dialogsim.agents.openai_chat",
     "dialogsim.users.agenda", "dialogsim.agents.schema_agent",
+    "dialogsim.scenarios.evals.scenario_set",
 ]
 
 DEFAULT_SCENARIOS = "sgd"
@@ -73,7 +74,10 @@ def _lookup(table: dict[str, Any], kind: str, spec: str) -> tuple[Any, str | Non
 
 
 def user_factory(spec: str, scenarios: Any, options: dict[str, Any] | None = None) -> Callable[[], Any]:
-    """The per-episode user maker for ``spec``."""
+    """The per-episode user maker for ``spec``; a scenario set with ``check_user(spec)`` may refuse the user."""
+    check = getattr(scenarios, "check_user", None)
+    if check is not None:
+        check(spec)
     factory, arg = _lookup(_users, "user", spec)
     return factory(arg, scenarios, dict(options or {}))
 

@@ -27,8 +27,9 @@ class Scenario(msgspec.Struct, kw_only=True):
 
 
 # The user's goal and script are the answer key of an episode: an agent that saw them could "track" the
-# user's state by copying it, so no agent, in process or over HTTP, is ever handed these keys.
-USER_ONLY_KEYS = frozenset({"goal", "user"})
+# user's state by copying it, so no agent, in process or over HTTP, is ever handed these keys. Nor the golden
+# question an episode plays (its reference tool calls, trajectory and state: scenarios/evals).
+USER_ONLY_KEYS = frozenset({"goal", "user", "golden"})
 
 
 class ToolSpec(msgspec.Struct, kw_only=True):

@@ -7,4 +7,5 @@ COMMANDS = [
     "serve_agent",
     "project", "import_", "eval_dst",
     "stats",
+    "evaluate",
 ]

@@ -29,6 +29,8 @@ def register(sub: Any) -> None:
     p.add_argument("--train-schema", metavar="PATH",
                    help="dst_metrics: train-split schema.json whose services count as seen "
                         "(default: the 26 services of the SGD train split)")
+    p.add_argument("--otlp-endpoint", metavar="URL",
+                   help="otel: also send the traces to this OTLP/HTTP collector (default path /v1/traces)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     add_sgdx_arguments(p)
     p.set_defaults(handler=handle)
@@ -37,8 +39,11 @@ def register(sub: Any) -> None:
 def handle(args: argparse.Namespace) -> int:
     if args.sgdx and args.to != "sgd":
         raise UserError(f"--sgdx applies to --to sgd, not to --to {args.to}")
+    if args.otlp_endpoint and args.to != "otel":
+        raise UserError(f"--otlp-endpoint applies to --to otel, not to --to {args.to}")
     options: dict[str, Any] = {"sgdx": sgdx_from_args(args),
-                               "seen": seen_services(args.train_schema) if args.train_schema else None}
+                               "seen": seen_services(args.train_schema) if args.train_schema else None,
+                               "otlp_endpoint": args.otlp_endpoint}
     projection = get_projection(args.to, options)
     run = RunDir.open(args.run_dir)
     imported = run.imported_by()
@@ -58,6 +63,11 @@ def handle(args: argparse.Namespace) -> int:
           f"({report.episodes_new} new) -> {report.out_dir} ({len(report.files)} files)")
     if report.corrupt:
         print(f"skipped {report.corrupt} corrupt line(s)", file=sys.stderr)
+    publish = getattr(projection, "publish", None)  # a projection that also sends its files somewhere
+    if callable(publish):
+        text = publish(report.out_dir, report.files)
+        if text:
+            print(text)
     summary = getattr(projection, "summary", None)
     if callable(summary):
         text = summary()

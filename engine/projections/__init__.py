@@ -2,7 +2,8 @@
 
 A projection has a ``name`` and a ``version``; ``fold(events)`` turns one finished episode's events into a
 JSON-ready output (or None), and ``render(outputs)`` turns the raw JSON of every output, in order, into
-``(relative file name, bytes)`` pairs. Neither does I/O: ``run_projection`` reads the log, keeps the
+``(relative file name, bytes)`` pairs; a projection that needs run-level facts (the run's wall start, its
+config) may define ``bind_run(run)``, called with the RunDir before any fold. Neither does I/O: ``run_projection`` reads the log, keeps the
 per-episode outputs in a checkpoint beside the files, and writes the files. Layout of an output dir
 (default ``RUN_DIR/projections/<name>@v<k>/``)::
 
@@ -44,7 +45,9 @@ from ..oplog import get_logger
 _log = get_logger("projections")
 
 CHECKPOINT_DIR = ".checkpoint"
-BUILTIN_MODULES = ["dialogsim.engine.projections.sgd", "dialogsim.engine.projections.dst_metrics"]
+BUILTIN_MODULES = ["dialogsim.engine.projections.sgd", "dialogsim.engine.projections.dst_metrics",
+                   "dialogsim.scenarios.evals.golden_projection", "dialogsim.scenarios.evals.eval_csv",
+                   "dialogsim.scenarios.evals.otel"]
 
 
 class Projection(Protocol):
@@ -146,6 +149,9 @@ def run_projection(run_dir: str | Path | RunDir, projection: Projection, out_dir
                    progress: Callable[[int], None] | None = None) -> ProjectionReport:
     """Fold the episodes not yet in the checkpoint, then render every stored output into ``out_dir``."""
     run = run_dir if isinstance(run_dir, RunDir) else RunDir.open(run_dir)
+    bind_run = getattr(projection, "bind_run", None)
+    if bind_run is not None:  # a projection that needs run-level facts (the wall start, the config) reads them
+        bind_run(run)
     out = Path(out_dir) if out_dir is not None else default_out_dir(run, projection)
     ckpt = out / CHECKPOINT_DIR
     if out.exists() and not out.is_dir():
