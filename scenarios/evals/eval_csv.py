@@ -20,7 +20,7 @@ import msgspec
 from ...engine.log import RunDir
 from ...engine.projections import register_projection
 from .episode import EpisodeRecord, RunFacts, agent_state, episode_record, run_facts
-from .spans import Span, agent_name, episode_spans, session_id, to_ns
+from .spans import agent_name, episode_spans, session_id, to_ns
 
 COLUMNS = [
     "eval_id", "session_id", "agent_name", "timestamp", "score.hallucinations_v1", "score.safety_v1",

@@ -86,12 +86,14 @@ class EvalsetScenarios:
     def check_user(self, spec: str) -> None:
         """Refuse a user that cannot follow a conversation plan, naming what to pass instead."""
         name = parse_spec(spec)[0]
-        if name in MODEL_USERS and name in known("user"):
+        registered = [u for u in MODEL_USERS if u in known("user")]
+        if name in registered:
             return
-        missing = "" if any(u in known("user") for u in MODEL_USERS) else \
-            " (this version has none yet: issue #20 adds it)"
-        raise UserError(f"{self.path}: evalset cases (conversation_scenario) need a model-driven user that follows "
-                        f"starting_prompt and conversation_plan, not --user {spec!r}: pass --user llm:...{missing}")
+        need = (f"{self.path}: evalset cases (conversation_scenario) need a model-driven user that follows "
+                "starting_prompt and conversation_plan")
+        if not registered:
+            raise UserError(f"{need}; this version has none yet (issue #20 adds --user llm:...)")
+        raise UserError(f"{need}, not --user {spec!r}: pass --user {registered[0]}:...")
 
     def draw(self, index: int, seed: int) -> tuple[Scenario, int]:
         return self.scenarios[index % len(self.scenarios)], index // len(self.scenarios)

@@ -24,7 +24,7 @@ from ...engine.registry import load_scenarios, register_scenarios
 from ...engine.seeding import stream
 from ..base import Call, Claim, Scenario, ToolSpec
 from .episode import tool_name
-from .golden import LoadedQuestion, convert_item, load_golden
+from .golden import GoldenQuestion, LoadedQuestion, convert_item, load_golden
 
 
 class SgdOrigin(msgspec.Struct, kw_only=True):
@@ -82,7 +82,7 @@ class GoldenScenarios:
                                                        f"{self.path}: question {q.id!r}: metadata.sgd")))
         return Scenario(id=q.id, kind="golden", data=data)
 
-    def _sgd_data(self, q: Any, origin: SgdOrigin) -> dict[str, Any]:
+    def _sgd_data(self, q: GoldenQuestion, origin: SgdOrigin) -> dict[str, Any]:
         """The SGD part of a question's data (pack, goal, schemas, world), checked against the pack it names."""
         where = f"{self.path}: question {q.id!r}: metadata.sgd"
         sgd = self.sgd_sets.get(origin.scenarios)

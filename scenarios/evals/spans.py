@@ -14,7 +14,7 @@ from typing import Any
 
 import msgspec
 
-from .episode import EpisodeRecord, Exchange, RunFacts
+from .episode import EpisodeRecord, Exchange, RunFacts, ToolCallRecord
 
 
 class Span(msgspec.Struct, kw_only=True):
@@ -112,7 +112,7 @@ def _exchange_spans(record: EpisodeRecord, facts: RunFacts, x: Exchange, end_t: 
     return out
 
 
-def _tool_attributes(call: Any) -> dict[str, Any]:
+def _tool_attributes(call: ToolCallRecord) -> dict[str, Any]:
     attrs: dict[str, Any] = {"gen_ai.operation.name": EXECUTE_TOOL, "gen_ai.tool.name": call.name,
                              "gen_ai.tool.type": "function", "gen_ai.tool.call.id": call.call_id,
                              "gen_ai.tool.call.arguments": json.dumps(call.arguments, ensure_ascii=False)}

@@ -145,7 +145,7 @@ def test_an_evalset_loads_but_a_run_needs_a_model_driven_user(tmp_path, run_cli,
     for user in ([], ["--user", "scripted"]):
         status, _, err = run_cli("run", "--scenarios", f"evalset:{path}", *user, "--out", tmp_path / "run",
                                  "--no-progress")
-        one_line_error(status, err, str(path), "model-driven user", "--user llm:")
+        one_line_error(status, err, str(path), "model-driven user", "issue #20 adds --user llm:")
         assert not (tmp_path / "run").exists()
 
 
@@ -174,3 +174,16 @@ def test_the_real_evalset_loads(real_file):
     scenarios = load_scenarios(f"evalset:{real_file('customer_service_scenarios.evalset.json')}")
     assert len(scenarios.scenarios) == 5
     assert msgspec.to_builtins(scenarios.scenarios[0].data["golden"]["agents_evaluated"]) == ["customer_service"]
+
+
+def test_once_a_model_driven_user_exists_it_is_the_one_asked_for(tmp_path, monkeypatch):
+    """With an llm user registered, that user passes and any other is refused naming it."""
+    from dialogsim.scenarios.evals import evalset
+
+    path = tmp_path / "cases.evalset.json"
+    path.write_text(json.dumps(EVALSET))
+    scenarios = load_scenarios(f"evalset:{path}")
+    monkeypatch.setattr(evalset, "known", lambda kind: ["agenda", "llm", "scripted"])
+    scenarios.check_user("llm:http://127.0.0.1:9")
+    with pytest.raises(UserError, match=r"not --user 'scripted': pass --user llm:\.\.\.$"):
+        scenarios.check_user("scripted")
