@@ -83,6 +83,8 @@ class ScenarioSet(Protocol):
 
     A set may also define ``judge(scenario, claims, calls) -> str | None``: why the episode's completed
     tool calls do not back a user's claimed success (None when they do); the runner then fails the episode.
+    And ``check_user(spec)``: raise UserError for a user spec that cannot play the set (evalsets need a
+    model-driven user); the registry asks it before building the user.
     """
 
     name: str
