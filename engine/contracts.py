@@ -45,8 +45,9 @@ class Scenario(msgspec.Struct, kw_only=True):
 
 
 # The user's goal and script are the answer key of an episode: an agent that saw them could "track" the
-# user's state by copying it, so no agent, in process or over HTTP, is ever handed these keys.
-USER_ONLY_KEYS = frozenset({"goal", "user"})
+# user's state by copying it, so no agent, in process or over HTTP, is ever handed these keys. Nor the golden
+# question an episode plays (its reference tool calls, trajectory and state: scenarios/evals).
+USER_ONLY_KEYS = frozenset({"goal", "user", "golden"})
 
 
 class ToolSpec(msgspec.Struct, kw_only=True):
@@ -113,7 +114,8 @@ class ScenarioSet(Protocol):
     ``world(scenario, rng)`` (a world without services: every call fails, naming the service);
     ``tools(scenario)`` (none); ``judge(scenario, claims, calls) -> str | None`` (none): why the episode's
     completed tool calls do not back a user's claimed success, None when they do (the runner then fails
-    an unbacked episode).
+    an unbacked episode); ``check_user(spec)`` (any user may play): raise UserError for a user spec that
+    cannot play the set (evalsets need a model-driven user), asked before the user is built.
     """
 
     name: str

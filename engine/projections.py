@@ -51,8 +51,10 @@ class Projection(Protocol):
 
     A projection plug-in (registry kind ``projection``) is a factory ``factory(options) -> Projection``; for
     ``dialogsim project RUN --to NAME OPTIONS...`` it may also define ``add_arguments(parser)`` and
-    ``from_arguments(args, run) -> Projection``, which read its own command-line options (files, say) and the
-    run directory (its recorded config, say) so that the projection itself stays pure.
+    ``from_arguments(args) -> Projection``, which read its own command-line options (files, say) so that the
+    projection itself stays pure. Optional hooks: ``bind_run(run)``, called with the RunDir before any fold,
+    for run-level facts (the run's wall start, its recorded config); ``summary() -> str``, printed after a
+    run; ``publish(out_dir, files) -> str``, called after the files are written (sending them somewhere).
     """
 
     name: str
@@ -118,6 +120,9 @@ def run_projection(run_dir: str | Path | RunDir, projection: Projection, out_dir
                    progress: Callable[[int], None] | None = None) -> ProjectionReport:
     """Fold the episodes not yet in the checkpoint, then render every stored output into ``out_dir``."""
     run = run_dir if isinstance(run_dir, RunDir) else RunDir.open(run_dir)
+    bind_run = getattr(projection, "bind_run", None)
+    if bind_run is not None:
+        bind_run(run)
     out = Path(out_dir) if out_dir is not None else default_out_dir(run, projection)
     ckpt = out / CHECKPOINT_DIR
     if out.exists() and not out.is_dir():

@@ -102,7 +102,10 @@ def parse_spec(spec: str) -> tuple[str, str | None]:
 
 
 def user_factory(spec: str, scenarios: Any, options: dict[str, Any] | None = None) -> Callable[[], Any]:
-    """The per-episode user maker for ``spec``."""
+    """The per-episode user maker for ``spec``; a scenario set with ``check_user(spec)`` may refuse the user."""
+    check = getattr(scenarios, "check_user", None)
+    if check is not None:
+        check(spec)
     name, arg = parse_spec(spec)
     return lookup("user", name)(arg, scenarios, dict(options or {}))
 

@@ -124,6 +124,7 @@ class RlProjection:
 
     def __init__(self, options: dict[str, Any]) -> None:
         # options["reward"]: reward options (rl/rewards.py); options["run_config"]: the run's recorded config
+        self.options = options
         self.rule = reward_rule(options.get("reward"), options.get("run_config"))
         self.transitions = 0
         self.episodes = 0
@@ -137,10 +138,14 @@ class RlProjection:
         parser.add_argument("--reward-config", metavar="PATH", help="reward options as a JSON object")
 
     @classmethod
-    def from_arguments(cls, args: argparse.Namespace, run: RunDir) -> "RlProjection":
-        """The projection with the command line's reward options and the run's recorded turn limit."""
-        return cls({"reward": parse_reward_options(args.reward_opt, args.reward_config),
-                    "run_config": run.manifest.get("config")})
+    def from_arguments(cls, args: argparse.Namespace) -> "RlProjection":
+        """The projection with the command line's reward options."""
+        return cls({"reward": parse_reward_options(args.reward_opt, args.reward_config)})
+
+    def bind_run(self, run: RunDir) -> None:
+        """Turn limits in rewards default to the run's own (its recorded config)."""
+        if "run_config" not in self.options:
+            self.rule = reward_rule(self.options.get("reward"), run.manifest.get("config"))
 
     def fold_options(self) -> dict[str, Any]:
         return {}  # rewards are applied when rendering: changing them needs no refold

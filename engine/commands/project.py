@@ -31,7 +31,7 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.set_defaults(handler=handle, takes_extra=True)
 
 
-def _projection(args: argparse.Namespace, run: RunDir) -> Any:
+def _projection(args: argparse.Namespace) -> Any:
     """The projection --to names, built from its own options (the arguments ``project`` does not know)."""
     factory = registry.lookup("projection", args.to)
     parser = _OptionParser(prog=f"dialogsim project --to {args.to}", add_help=False)
@@ -42,7 +42,7 @@ def _projection(args: argparse.Namespace, run: RunDir) -> Any:
         print(parser.format_help() if add_arguments is not None else f"--to {args.to} takes no options")
         return None
     own = parser.parse_args(args.extra)
-    return factory.from_arguments(own, run) if add_arguments is not None else factory({})
+    return factory.from_arguments(own) if add_arguments is not None else factory({})
 
 
 class _OptionParser(argparse.ArgumentParser):
@@ -51,10 +51,10 @@ class _OptionParser(argparse.ArgumentParser):
 
 
 def handle(args: argparse.Namespace) -> int:
-    run = RunDir.open(args.run_dir)
-    projection = _projection(args, run)
+    projection = _projection(args)
     if projection is None:
         return 0
+    run = RunDir.open(args.run_dir)
     imported = run.imported_by()
     if imported and run.manifest.get("status") != "completed":
         # an import writes its events in one go: one that did not complete holds an arbitrary prefix
@@ -72,6 +72,11 @@ def handle(args: argparse.Namespace) -> int:
           f"({report.episodes_new} new) -> {report.out_dir} ({len(report.files)} files)")
     if report.corrupt:
         print(f"skipped {report.corrupt} corrupt line(s)", file=sys.stderr)
+    publish = getattr(projection, "publish", None)  # a projection that also sends its files somewhere
+    if callable(publish):
+        text = publish(report.out_dir, report.files)
+        if text:
+            print(text)
     summary = getattr(projection, "summary", None)
     if callable(summary):
         text = summary()

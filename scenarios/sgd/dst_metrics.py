@@ -27,7 +27,6 @@ import msgspec
 from rapidfuzz.distance import Indel
 
 from ...engine.events import AgentTurn, DialogueState, EpisodeStarted, SlotSpan, UserTurn
-from ...engine.log import RunDir
 from .schema import load_schemas
 
 ALL_SERVICES, SEEN_SERVICES, UNSEEN_SERVICES = "#ALL_SERVICES", "#SEEN_SERVICES", "#UNSEEN_SERVICES"
@@ -343,7 +342,7 @@ class DstMetricsProjection:
                                  "(default: the 26 services of the SGD train split)")
 
     @classmethod
-    def from_arguments(cls, args: argparse.Namespace, run: RunDir) -> "DstMetricsProjection":
+    def from_arguments(cls, args: argparse.Namespace) -> "DstMetricsProjection":
         """The projection the command-line options ask for."""
         return cls({"seen": seen_services(args.train_schema) if args.train_schema else None})
 

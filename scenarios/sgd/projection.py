@@ -16,7 +16,6 @@ from typing import Any
 import msgspec
 
 from ...engine.events import EpisodeStarted
-from ...engine.log import RunDir
 from .corpus import encode_dialogues, events_to_dialogue, scenario_data, snapshot_schemas
 from .sgdx import add_sgdx_arguments, sgdx_from_args
 
@@ -55,7 +54,7 @@ class SgdProjection:
         add_sgdx_arguments(parser)
 
     @classmethod
-    def from_arguments(cls, args: argparse.Namespace, run: RunDir) -> "SgdProjection":
+    def from_arguments(cls, args: argparse.Namespace) -> "SgdProjection":
         """The projection the command-line options ask for."""
         return cls({"sgdx": sgdx_from_args(args)})
 
