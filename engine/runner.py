@@ -24,7 +24,7 @@ import msgspec
 import simpy
 
 from ..agents.base import AgentFailure, AgentReply, FaultReport, Observation, ToolCall
-from ..scenarios.base import Call, EpisodeContext, Scenario, ScenarioSet, ToolResult
+from ..scenarios.base import EpisodeContext, Scenario, ScenarioSet, ToolResult
 from ..users.base import UserReply, Verdict
 from .driver import Driver
 from .events import (AgentTurn, EpisodeEnded, EpisodeStarted, Event, Fault, ToolCalled,
@@ -398,11 +398,11 @@ class Batch:
         return outcome, turn
 
     def _judge(self, scenario: Scenario, history: list[Event]) -> Callable[[list], str | None] | None:
-        """The scenario set's judge of a user's claims against this episode's completed calls, if it has one."""
+        """The scenario set's judge of a user's claims against this episode's events, if it has one."""
         judge = getattr(self.scenarios, "judge", None)
         if judge is None:
             return None
-        return lambda claims: judge(scenario, claims, completed_calls(history))
+        return lambda claims: judge(scenario, claims, history)
 
     def _user_step(self, rec: _Recorder, user: Any, first: Any) -> Generator[Any, Any, Any]:
         """Finish a user step whose first result was not a plain reply: an awaitable or an exception."""
@@ -504,7 +504,7 @@ class _EpisodeError(Exception):
 
 def _verdict(user: Any, default: str | None = None, reason: str = "",
              judge: Callable[[list], str | None] | None = None) -> tuple[str, str, dict[str, Any]]:
-    """The user's verdict; a success the judge finds unbacked by the episode's tool calls is a failure."""
+    """The user's verdict; a success the judge finds unbacked by the episode's events is a failure."""
     verdict: Verdict = user.verdict()
     if default is not None and verdict.outcome == "success":
         return (default, reason, verdict.reward)
@@ -513,20 +513,6 @@ def _verdict(user: Any, default: str | None = None, reason: str = "",
         if unbacked:
             return ("failure", unbacked, verdict.reward)
     return (verdict.outcome, verdict.reason, verdict.reward)
-
-
-def completed_calls(history: list[Event]) -> list[Call]:
-    """The tool calls among an episode's events, each with what it returned."""
-    called: dict[str, ToolCalled] = {}
-    out: list[Call] = []
-    for event in history:
-        if type(event) is ToolCalled:
-            called[event.call_id] = event
-        elif type(event) is ToolReturned and event.call_id in called:
-            c = called.pop(event.call_id)
-            out.append(Call(service=c.service, method=c.method, parameters=c.parameters, results=event.results,
-                            error=event.error))
-    return out
 
 
 _GC_YOUNG = 20_000  # allocations between young-generation collections while a batch runs

@@ -7,6 +7,8 @@ from typing import Any, Protocol
 
 import msgspec
 
+from ..engine.events import ToolCalled, ToolReturned
+
 
 class Scenario(msgspec.Struct, kw_only=True):
     """One thing to simulate: an id, a kind ("scripted", "sgd", ...) and the data users and agents read.
@@ -59,6 +61,20 @@ class Call(msgspec.Struct, kw_only=True):
     error: str | None = None
 
 
+def completed_calls(events: list[Any]) -> list[Call]:
+    """The tool calls among an episode's events, each with what it returned."""
+    called: dict[str, ToolCalled] = {}
+    out: list[Call] = []
+    for event in events:
+        if type(event) is ToolCalled:
+            called[event.call_id] = event
+        elif type(event) is ToolReturned and event.call_id in called:
+            c = called.pop(event.call_id)
+            out.append(Call(service=c.service, method=c.method, parameters=c.parameters, results=event.results,
+                            error=event.error))
+    return out
+
+
 class Claim(msgspec.Struct, kw_only=True):
     """What a user believes it achieved for one goal intent: the values it holds and the entity it took."""
 
@@ -80,8 +96,9 @@ class World(Protocol):
 class ScenarioSet(Protocol):
     """A named source of scenarios with the user and agent it runs by default.
 
-    A set may also define ``judge(scenario, claims, calls) -> str | None``: why the episode's completed
-    tool calls do not back a user's claimed success (None when they do); the runner then fails the episode.
+    A set may also define ``judge(scenario, claims, events) -> str | None``: why the episode's events so far
+    (its turns, tool calls and returns, in order) do not back a user's claimed success (None when they do);
+    the runner then fails the episode.
     """
 
     name: str
