@@ -21,7 +21,7 @@ from typing import Any, Awaitable, Protocol
 
 import msgspec
 
-from .events import AgentTurn, DialogueState, Event, Frame, Outcome, SlotSpan, Usage, UserTurn
+from .events import AgentTurn, DialogueState, Event, Frame, Outcome, SlotSpan, ToolCalled, ToolReturned, Usage, UserTurn
 
 # -- scenarios and worlds ----------------------------------------------------------------------------
 
@@ -78,6 +78,20 @@ class Call(msgspec.Struct, kw_only=True):
     error: str | None = None
 
 
+def completed_calls(events: list[Any]) -> list[Call]:
+    """The tool calls among an episode's events, each with what it returned."""
+    called: dict[str, ToolCalled] = {}
+    out: list[Call] = []
+    for event in events:
+        if type(event) is ToolCalled:
+            called[event.call_id] = event
+        elif type(event) is ToolReturned and event.call_id in called:
+            c = called.pop(event.call_id)
+            out.append(Call(service=c.service, method=c.method, parameters=c.parameters, results=event.results,
+                            error=event.error))
+    return out
+
+
 class Claim(msgspec.Struct, kw_only=True):
     """What a user believes it achieved for one goal intent: the values it holds and the entity it took."""
 
@@ -112,9 +126,9 @@ class ScenarioSet(Protocol):
 
     Optional, with their defaults: ``default_user`` and ``default_agent`` ("scripted");
     ``world(scenario, rng)`` (a world without services: every call fails, naming the service);
-    ``tools(scenario)`` (none); ``judge(scenario, claims, calls) -> str | None`` (none): why the episode's
-    completed tool calls do not back a user's claimed success, None when they do (the runner then fails
-    an unbacked episode); ``check_user(spec)`` (any user may play): raise UserError for a user spec that
+    ``tools(scenario)`` (none); ``judge(scenario, claims, events) -> str | None`` (none): why the episode's
+    events so far (its turns, tool calls and returns, in order) do not back a user's claimed success, None
+    when they do (the runner then fails an unbacked episode); ``check_user(spec)`` (any user may play): raise UserError for a user spec that
     cannot play the set (evalsets need a model-driven user), asked before the user is built.
     """
 

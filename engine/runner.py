@@ -23,7 +23,7 @@ from typing import Any
 import msgspec
 import simpy
 
-from .contracts import (AgentFailure, AgentReply, Call, EpisodeContext, FaultReport, Observation, Scenario, ScenarioSet,
+from .contracts import (AgentFailure, AgentReply, EpisodeContext, FaultReport, Observation, Scenario, ScenarioSet,
                         ToolCall, ToolResult, UserReply, Verdict)
 from .driver import Driver
 from .events import AgentTurn, EpisodeEnded, EpisodeStarted, Event, Fault, ToolCalled, ToolReturned, UserTurn
@@ -403,11 +403,11 @@ class Batch:
         return outcome, turn
 
     def _judge(self, scenario: Scenario, history: list[Event]) -> Callable[[list], str | None] | None:
-        """The scenario set's judge of a user's claims against this episode's completed calls, if it has one."""
+        """The scenario set's judge of a user's claims against this episode's events, if it has one."""
         judge = getattr(self.scenarios, "judge", None)
         if judge is None:
             return None
-        return lambda claims: judge(scenario, claims, completed_calls(history))
+        return lambda claims: judge(scenario, claims, history)
 
     def _user_step(self, rec: _Recorder, user: Any, first: Any) -> Generator[Any, Any, Any]:
         """Finish a user step whose first result was not a plain reply: an awaitable or an exception."""
@@ -509,7 +509,7 @@ class _EpisodeError(Exception):
 
 def _verdict(user: Any, default: str | None = None, reason: str = "",
              judge: Callable[[list], str | None] | None = None) -> tuple[str, str, dict[str, Any]]:
-    """The user's verdict; a success the judge finds unbacked by the episode's tool calls is a failure."""
+    """The user's verdict; a success the judge finds unbacked by the episode's events is a failure."""
     judged = getattr(user, "verdict", None)
     verdict: Verdict = judged() if judged is not None else _ENDED
     if default is not None and verdict.outcome == "success":
@@ -537,20 +537,6 @@ def _no_world(scenario: Scenario, rng: Any) -> _NoWorld:
 
 def _no_tools(scenario: Scenario) -> list[Any]:
     return []
-
-
-def completed_calls(history: list[Event]) -> list[Call]:
-    """The tool calls among an episode's events, each with what it returned."""
-    called: dict[str, ToolCalled] = {}
-    out: list[Call] = []
-    for event in history:
-        if type(event) is ToolCalled:
-            called[event.call_id] = event
-        elif type(event) is ToolReturned and event.call_id in called:
-            c = called.pop(event.call_id)
-            out.append(Call(service=c.service, method=c.method, parameters=c.parameters, results=event.results,
-                            error=event.error))
-    return out
 
 
 _GC_YOUNG = 20_000  # allocations between young-generation collections while a batch runs

@@ -189,7 +189,7 @@ def _entities(miner: Miner, services: dict[str, ServiceSchema]) -> tuple[dict[st
             else:
                 rng = _seeded(name, intent.name)
                 cols = sorted(set(intent.result_slots) | set(intent.required_slots))
-                seen, table = set(), []
+                table = []
                 echo = [s for s in list(intent.required_slots) + list(intent.optional_slots)
                         if s in cols and _kind(svc.slots[s]) in ("date", "count")]
                 for _ in range(GENERATED_ROWS):
@@ -197,14 +197,29 @@ def _entities(miner: Miner, services: dict[str, ServiceSchema]) -> tuple[dict[st
                     row = tuple(intent.optional_slots[c] if c in intent.optional_slots and rng.random() < 0.6
                                 and intent.optional_slots[c] not in ANY_VALUES and c not in echo
                                 else generate(svc.slots[c], rng, mined_values, svc.domain) for c in cols)
-                    row = _sensible(svc, cols, row, rng, mined_values)
-                    if row not in seen:
-                        seen.add(row)
-                        table.append(list(row))
+                    table.append(list(_sensible(svc, cols, row, rng, mined_values)))
                 if name not in generated:
                     generated.append(name)
-            entities.setdefault(name, {})[intent.name] = {"columns": cols, "rows": table, "echo": echo}
+            entities.setdefault(name, {})[intent.name] = {"columns": cols, "rows": distinct_rows(cols, table, echo),
+                                                          "echo": echo}
     return entities, generated
+
+
+def distinct_rows(columns: list[str], rows: list[list[str]], echo: list[str]) -> list[list[str]]:
+    """The rows without repeats, first kept: rows that agree on every column but the echo ones are one entity.
+
+    The world overwrites a search's echo columns with the request's values (the party size, the date), so
+    such rows would come back as identical results (the same 11:10 bus, mined once per travellers count).
+    """
+    keep = [k for k, c in enumerate(columns) if c not in echo]
+    seen: set[tuple[str, ...]] = set()
+    out = []
+    for row in rows:
+        key = tuple(row[k] for k in keep)
+        if key not in seen:
+            seen.add(key)
+            out.append(row)
+    return out
 
 
 def _sensible(svc: ServiceSchema, cols: list[str], row: tuple[str, ...], rng: random.Random,

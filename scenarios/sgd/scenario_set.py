@@ -17,10 +17,10 @@ import random
 from pathlib import Path
 from typing import Any
 
-from ...engine.contracts import Call, Claim, Scenario, ToolSpec
+from ...engine.contracts import Call, Claim, Scenario, ToolSpec, completed_calls
 from ...engine.errors import UserError
 from .goals import sample_goal
-from .judge import goal_claims, unbacked
+from .judge import goal_claims, invented, unbacked
 from .pack import Pack, load_pack
 from .world import SgdWorld
 
@@ -83,10 +83,13 @@ class SgdScenarioSet:
         """A fresh world for one episode (the pack's tables are shared, read-only)."""
         return SgdWorld(self.pack, rng, failure_rate=self.failure_rate)
 
-    def judge(self, scenario: Scenario, claims: list[Claim], calls: list[Call]) -> str | None:
-        """Why the episode's calls do not back the user's claimed success (see judge.py), or None."""
+    def judge(self, scenario: Scenario, claims: list[Claim], events: list[Any]) -> str | None:
+        """Why the episode's events do not back the user's claimed success (see judge.py), or None: first a
+        value the agent told the user that no returned row holds (said during the dialogue), then a claim no
+        call backs (judged at its end)."""
         schemas = scenario.data.get("schemas") or {}
-        return unbacked(claims or goal_claims(scenario.data.get("goal") or {}, schemas), calls, schemas)
+        claims = claims or goal_claims(scenario.data.get("goal") or {}, schemas)
+        return invented(events, self.pack.canonical) or unbacked(claims, completed_calls(events), schemas)
 
     def tools(self, scenario: Scenario) -> list[ToolSpec]:
         """The tools of every intent of the goal's services."""

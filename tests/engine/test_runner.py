@@ -292,3 +292,30 @@ def test_an_agent_without_a_deterministic_attribute_counts_as_deterministic():
                   settings=RunSettings(episodes=1, think=THINK, latency=LATENCY))
     asyncio.run(batch.run([Job(0)]))
     assert not log.of_type("fault") and log.outcomes() == {"e000000": "success"}
+
+
+class _Judged(BuiltinScenarios):
+    """The built-in scenarios with a judge that records the events it is given and fails episodes that called a tool."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: dict[str, list] = {}
+
+    def judge(self, scenario, claims, events):
+        self.seen[events[0].ep] = list(events)
+        return "a tool was called" if any(type(e) is ToolCalled for e in events) else None
+
+
+def test_a_scenario_sets_judge_sees_the_episodes_events_and_can_fail_a_success():
+    """The judge gets the episode's turns and tool events in log order; its reason turns a success into a failure."""
+    scenarios = _Judged()
+    log = simulate(episodes=3, scenarios=scenarios)
+    ended = {e.ep: e for e in log.of_type("episode_ended")}
+    assert set(scenarios.seen) == set(ended)
+    for ep, events in scenarios.seen.items():
+        logged = [e for e in log.episode(ep) if type(e) in (UserTurn, AgentTurn, ToolCalled, ToolReturned)]
+        assert events == logged
+        called = any(type(e) is ToolCalled for e in events)
+        assert (ended[ep].outcome, ended[ep].reason) == (("failure", "a tool was called") if called
+                                                        else ("success", "script completed"))
+    assert {e.outcome for e in ended.values()} == {"success", "failure"}

@@ -44,3 +44,15 @@ def test_bundled_pack_is_current(tmp_path):
     schemas = [shared / "schemas" / split / "schema.json" for split in ("train", "dev", "test")]
     manifest = build_pack([shared / "dev"], schemas, tmp_path / "pack")
     assert manifest["id"] == load_pack().id, "rebuild scenarios/packs/sgd with `dialogsim pack build`"
+
+
+def test_bundled_entity_tables_hold_no_duplicate_rows():
+    """No two rows of a table are equal, nor equal but for the echo columns the world overwrites."""
+    pack = load_pack()
+    for name in pack.services:
+        for intent in pack.service(name).search_intents:
+            echo = set(pack.echo.get(name, {}).get(intent.name, ()))
+            rows = pack.entities(name, intent.name)
+            exact = {tuple(sorted(r.items())) for r in rows}
+            entities = {tuple(sorted((k, v) for k, v in r.items() if k not in echo)) for r in rows}
+            assert len(exact) == len(entities) == len(rows), (name, intent.name, len(rows) - len(entities))

@@ -160,12 +160,6 @@ def test_simulated_homes_dialogues_round_trip(tmp_path, listen):
     assert {v for a, s, vs in acts if a in ("INFORM_INTENT", "OFFER_INTENT") for v in vs} <= HOMES_INTENTS
 
 
-@pytest.fixture(scope="module")
-def pack():
-    """The bundled default pack."""
-    return load_pack()
-
-
 def test_agent_reads_only_homes_intents_from_text(pack):
     """Read from text, a Homes_2 user turn names Homes_2's intents only (other services' INFORM_INTENT
     templates are not templates of its slot "intent"), and rent/buy inform that slot."""

@@ -1,15 +1,16 @@
-"""The SGD judge: a claimed success counts only when the episode's tool calls back it."""
+"""The SGD judge: a claimed success counts only when the episode's tool calls back it and every value the agent
+told the user comes from the world's rows (or the user)."""
 
 from __future__ import annotations
 
 import pytest
 
 from dialogsim.agents.schema_agent import SchemaAgent
-from dialogsim.engine.contracts import Call, Claim, ToolResult
-from dialogsim.engine.events import EpisodeEnded, ToolCalled
+from dialogsim.engine.contracts import Call, Claim, ToolResult, completed_calls
+from dialogsim.engine.events import Act, AgentTurn, EpisodeEnded, Frame, ToolCalled, ToolReturned, UserTurn
 from dialogsim.engine.registry import user_factory
-from dialogsim.engine.runner import completed_calls
-from dialogsim.scenarios.sgd.judge import goal_claims, unbacked
+from dialogsim.scenarios.sgd.judge import goal_claims, invented, unbacked
+from dialogsim.testing import simulate
 from dialogsim.scenarios.sgd.scenario_set import SgdScenarioSet
 from dialogsim.testing import simulate
 
@@ -112,6 +113,94 @@ def test_a_user_without_claims_is_judged_on_the_goals_transactions():
     assert unbacked(claims, [reserve(time="23:00")], SCHEMAS) is None
 
 
+# -- informed values -------------------------------------------------------------------------------
+
+def _env(n: int) -> dict:
+    return {"run": "r", "ep": "e000000", "seq": n, "t": float(n), "wall": 0}
+
+
+def told(*acts: Act, service: str = SVC) -> AgentTurn:
+    return AgentTurn(**_env(0), turn=1, utterance="...", frames=[Frame(service=service, actions=list(acts))])
+
+
+def user_said(**values: str) -> UserTurn:
+    return UserTurn(**_env(0), turn=0, utterance="...", frames=[Frame(service=SVC, actions=[
+        Act(act="INFORM", slot=slot, values=[v], canonical_values=[v]) for slot, v in values.items()])])
+
+
+def returned(*rows: dict, service: str = SVC, call_id: str = "c1") -> list:
+    return [ToolCalled(**_env(0), call_id=call_id, service=service, method="FindRestaurants", parameters={}),
+            ToolReturned(**_env(0), call_id=call_id, results=list(rows))]
+
+
+def act(kind: str, slot: str, value: str, spoken: str | None = None) -> Act:
+    return Act(act=kind, slot=slot, values=[spoken or value], canonical_values=[value])
+
+
+ROW_PHONE = dict(ROW, phone_number="408-555-0101")
+
+
+def test_values_from_an_earlier_row_of_the_service_are_backed():
+    """OFFER and INFORM values that a returned row holds for that slot (any case) are no invention."""
+    events = [*returned(ROW_PHONE), told(act("OFFER", "restaurant_name", "sino"), act("INFORM", "phone_number",
+                                                                                       "408-555-0101"))]
+    assert invented(events) is None
+
+
+def test_a_made_up_value_fails_naming_service_act_slot_and_value():
+    """A phone number no row holds: the reason names the service, the act, the slot and the value."""
+    events = [*returned(ROW_PHONE), told(act("INFORM", "phone_number", "415-555-9999"))]
+    assert invented(events) == (f"{SVC}: the agent informed phone_number='415-555-9999', a value no {SVC} row "
+                                "the world returned before holds (nor did the user say it)")
+    offered = invented([*returned(ROW_PHONE), told(act("OFFER", "restaurant_name", "Chez Nowhere"))])
+    assert offered.startswith(f"{SVC}: the agent offered restaurant_name='Chez Nowhere'")
+
+
+def test_a_value_must_come_from_a_row_returned_before_and_of_that_service():
+    """Said before the call returned it, or taken from another service's rows, a value is not backed."""
+    assert invented([told(act("INFORM", "phone_number", "408-555-0101")), *returned(ROW_PHONE)]) is not None
+    other = returned(ROW_PHONE, service="Restaurants_2")
+    assert invented([*other, told(act("INFORM", "phone_number", "408-555-0101"))]) is not None
+    failed = [ToolCalled(**_env(0), call_id="c", service=SVC, method="FindRestaurants", parameters={}),
+              ToolReturned(**_env(0), call_id="c", error="boom")]
+    assert invented([*failed, told(act("INFORM", "phone_number", "408-555-0101"))]) is not None
+
+
+def test_the_users_own_values_and_dontcare_are_no_invention():
+    """A value the user informed for the slot may be said back; "dontcare" claims nothing."""
+    events = [user_said(phone_number="408-555-7777"), told(act("INFORM", "phone_number", "408-555-7777"),
+                                                           act("INFORM", "price_range", "dontcare"))]
+    assert invented(events) is None
+    assert invented([user_said(city="408-555-7777"), told(act("INFORM", "phone_number", "408-555-7777"))])
+
+
+def test_spoken_forms_are_read_as_their_canonical_value():
+    """An act without a canonical value is checked by its spoken form, and by what the pack reads it as."""
+    row = dict(ROW, time="11:30")
+    spoken_only = told(Act(act="INFORM", slot="time", values=["half past 11 in the morning"]))
+    assert invented([*returned(row), spoken_only]) is not None
+    read = {("time", "half past 11 in the morning"): "11:30"}
+    assert invented([*returned(row), spoken_only], lambda svc, slot, text: read.get((slot, text))) is None
+    assert invented([*returned(row), told(Act(act="INFORM", slot="time", values=["11:30"]))]) is None
+
+
+def test_a_count_must_be_how_many_rows_a_call_returned():
+    """INFORM_COUNT says how many results a call of the service returned (digits or words), nothing else."""
+    rows = returned(ROW, ROW_PHONE)
+    assert invented([*rows, told(act("INFORM_COUNT", "count", "2"))]) is None
+    assert invented([*rows, told(Act(act="INFORM_COUNT", slot="count", values=["two"]))]) is None
+    assert invented([*rows, told(act("INFORM_COUNT", "count", "12"))]) == (
+        f"{SVC}: the agent informed count='12', but no {SVC} call in this episode returned that many rows")
+
+
+def test_questions_and_notifications_are_not_checked():
+    """CONFIRM (the user's values or a default, for the user to correct), REQUEST with a proposal,
+    OFFER_INTENT and NOTIFY_SUCCESS state nothing about the world's rows."""
+    events = [told(act("CONFIRM", "party_size", "7"), act("REQUEST", "city", "Atlantis"),
+                   act("OFFER_INTENT", "intent", "ReserveRestaurant"), Act(act="NOTIFY_SUCCESS"))]
+    assert invented(events) is None
+
+
 # -- through the engine: agents that lie ---------------------------------------------------------
 
 
@@ -137,6 +226,17 @@ class SloppyAgent(SchemaAgent):
         return reply
 
 
+class MadeUpValuesAgent(SchemaAgent):
+    """The rule agent, except that every phone number and bus fare it tells the user is made up."""
+
+    lies = {"phone_number": "555-0100", "fare": "7"}
+
+    def _say(self, name, acts, end):
+        acts = [(a, s, self.lies[s]) if a in ("INFORM", "OFFER") and s in self.lies and v is not None else (a, s, v)
+                for a, s, v in acts]
+        return super()._say(name, acts, end)
+
+
 def _run(pack, agent_cls, episodes: int = 40):
     scenarios = SgdScenarioSet(pack, ["Restaurants_2"], failure_rate=0.0)
     log = simulate(user=user_factory("agenda", scenarios), agent=lambda: agent_cls(pack), scenarios=scenarios,
@@ -147,15 +247,24 @@ def _run(pack, agent_cls, episodes: int = 40):
 
 
 def test_an_agent_that_reports_bookings_it_never_made_fails_them(pack):
-    """A lying agent: the user believes it, the judge does not: every goal with a booking fails, named."""
+    """A lying agent: the user believes it, the judge does not: every goal with a booking fails, named (by the
+    made-up booking's details when the agent told the user one, as these come first)."""
     log, booked = _run(pack, LyingAgent)
     assert booked
     assert all(e.method != "ReserveRestaurant" for e in log.of_type("tool_called"))
     ended = {e.ep: e for e in log if isinstance(e, EpisodeEnded)}
+    reasons = set()
     for ep in booked:
         assert ended[ep].outcome == "failure", ended[ep]
-        assert ended[ep].reason.startswith("Restaurants_2.ReserveRestaurant: the agent reported success but no "
-                                           "successful ReserveRestaurant call with the user's constraints"), ended[ep]
+        reason = ended[ep].reason
+        if reason.startswith("Restaurants_2: the agent informed "):
+            assert reason.split("=", 1)[1].startswith("'7', a value no Restaurants_2 row the world returned"), reason
+            reasons.add("detail")
+        else:
+            assert reason.startswith("Restaurants_2.ReserveRestaurant: the agent reported success but no "
+                                     "successful ReserveRestaurant call with the user's constraints"), ended[ep]
+            reasons.add("booking")
+    assert reasons == {"detail", "booking"}
     assert any(ended[ep].outcome == "success" for ep in ended if ep not in booked)  # searches alone still succeed
 
 
@@ -169,6 +278,28 @@ def test_an_agent_that_books_a_wrong_value_fails_the_booking(pack):
         assert ended[ep].reason.startswith("Restaurants_2.ReserveRestaurant: the agent reported success")
         assert ended[ep].reason.endswith("(time='23:45' where the user wants "
                                          f"'{ended[ep].reason.rsplit(chr(39), 2)[1]}')")
+
+
+@pytest.mark.parametrize("service, slot", [("Restaurants_2", "phone_number"), ("Buses_1", "fare")])
+def test_an_agent_that_makes_up_a_phone_number_or_a_price_fails(pack, service, slot):
+    """The user believes a made-up phone number or fare; the judge fails every episode where it was said, naming
+    slot and value, and the episodes where it was not keep the honest agent's outcome."""
+    scenarios = SgdScenarioSet(pack, [service], failure_rate=0.0)
+    logs = {cls: simulate(user=user_factory("agenda", scenarios), agent=lambda: cls(pack), scenarios=scenarios,
+                          episodes=30, seed=5) for cls in (SchemaAgent, MadeUpValuesAgent)}
+    lie = MadeUpValuesAgent.lies[slot]
+    lied = {e.ep for e in logs[MadeUpValuesAgent].of_type("agent_turn") for f in e.frames for a in f.actions
+            if a.slot == slot and a.canonical_values == [lie]}
+    honest, ended = logs[SchemaAgent].outcomes(), {e.ep: e for e in logs[MadeUpValuesAgent].of_type("episode_ended")}
+    told = f"ed {slot}='{lie}', a value no {service} row the world returned before holds (nor did the user say it)"
+    assert len(lied) >= 5
+    for ep, e in ended.items():
+        if ep in lied:
+            assert e.outcome == "failure", e
+            assert e.reason.startswith(f"{service}: the agent ") and told in e.reason, e.reason
+        else:
+            assert e.outcome == honest[ep]
+    assert sum(honest[ep] == "success" for ep in lied) >= 0.9 * len(lied)
 
 
 def test_the_honest_agent_is_judged_successful(pack):

@@ -363,3 +363,13 @@ def test_derive_builds_each_fact_once_per_pack(small_pack):
     assert pack.derive(services) is first and calls == [pack]
     assert first == sorted(pack.services)
     assert pack.derive(lambda p: "other") == "other"  # a different builder, a different fact
+
+
+def test_distinct_rows_drop_repeats_outside_the_echo_columns():
+    """Rows equal but for an echo column (the travellers count) are one entity: the first is kept."""
+    from dialogsim.scenarios.sgd.build import distinct_rows
+
+    cols = ["fare", "leaving_time", "travelers"]
+    rows = [["39", "11:10", "1"], ["39", "11:10", "2"], ["39", "11:10", "1"], ["39", "14:30", "2"]]
+    assert distinct_rows(cols, rows, ["travelers"]) == [["39", "11:10", "1"], ["39", "14:30", "2"]]
+    assert distinct_rows(cols, rows, []) == [["39", "11:10", "1"], ["39", "11:10", "2"], ["39", "14:30", "2"]]
