@@ -23,6 +23,7 @@ BUILTIN_MODULES = [
     "dialogsim.scenarios.sgd.scenario_set",
     "dialogsim.agents.http_native", "dialogsim.agents.openai_chat",
     "dialogsim.users.agenda", "dialogsim.agents.schema_agent",
+    "dialogsim.scenarios.proactive.scenario_set",
 ]
 
 DEFAULT_SCENARIOS = "sgd"

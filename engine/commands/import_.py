@@ -1,4 +1,5 @@
-"""``dialogsim import sgd SRC_DIR --out RUN_DIR``: a real SGD split directory as an event log.
+"""``dialogsim import sgd SRC_DIR --out RUN_DIR``: a real SGD split directory as an event log;
+``dialogsim import trajectories FILE --out RUN_DIR``: a JSONL file of preference-trajectory records.
 
 One episode per dialogue (episode id = dialogue id), every annotation kept; files are read one at a
 time and their events written as they are converted, so memory does not grow with the corpus.
@@ -10,7 +11,7 @@ import argparse
 import gc
 import shutil
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +33,13 @@ def register(sub: Any) -> None:
     s.add_argument("--run-id", help="run id (default: sgd-<name of SRC_DIR>)")
     add_sgdx_arguments(s)
     s.set_defaults(handler=handle)
+    t = kinds.add_parser("trajectories", help="import a JSONL file of preference-trajectory records",
+                         description="Import trajectory records (the ProactiveLLM generator's format): one "
+                                     "episode per record, branches linked to their mainline.")
+    t.add_argument("src_file", help="JSONL file, one trajectory record per line")
+    t.add_argument("--out", required=True, help="run directory to create (must be absent or empty)")
+    t.add_argument("--run-id", help="run id (default: trajectories-<name of the file>)")
+    t.set_defaults(handler=handle_trajectories)
 
 
 def add_sgdx_arguments(p: argparse.ArgumentParser) -> None:
@@ -114,19 +122,32 @@ def import_sgd(src: str | Path, out: str | Path, *, schema: str | Path | None = 
     schema_path = Path(schema) if schema is not None else src / "schema.json"
     if not schema_path.is_file():
         raise UserError(f"{schema_path}: no schema.json (pass --schema PATH)")
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        raise UserError(f"{out}: exists and is not an empty directory; choose a new --out")
+    check_new_run_dir(out)
     schemas = {s["service_name"]: s for s in load_schemas(schema_path)}
     run_id = run_id or f"sgd-{src.resolve().name}"
-    existed = out.exists()
     stats = ImportStats()
     config = {"command": "import sgd", "source": str(src.resolve()), "schema": str(schema_path.resolve()),
               "sgdx": getattr(sgdx, "variant", None)}
+    write_imported_run(out, sgd_events(src, schemas, run_id, skip_invalid=skip_invalid, sgdx=sgdx, stats=stats),
+                       run_id=run_id, config=config)
+    return stats
+
+
+def check_new_run_dir(out: Path) -> None:
+    """A UserError unless ``out`` is absent or an empty directory."""
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise UserError(f"{out}: exists and is not an empty directory; choose a new --out")
+
+
+def write_imported_run(out: str | Path, events: Iterable[Event], *, run_id: str, config: dict[str, Any]) -> None:
+    """Write an import's events as a new run in ``out`` (absent or empty); on any error, nothing is left."""
+    out = Path(out)
+    check_new_run_dir(out)
+    existed = out.exists()
     gc_was_enabled = gc.isenabled()
     gc.disable()  # millions of acyclic objects: cycle collection only costs time here
     try:
-        write_events(out, sgd_events(src, schemas, run_id, skip_invalid=skip_invalid, sgdx=sgdx, stats=stats),
-                     run_id=run_id, config=config, seed=0, durability="batch")
+        write_events(out, events, run_id=run_id, config=config, seed=0, durability="batch")
     except BaseException:
         # out was absent or empty before (checked above): whatever is in it now is this import's
         if out.exists():
@@ -137,7 +158,6 @@ def import_sgd(src: str | Path, out: str | Path, *, schema: str | Path | None = 
     finally:
         if gc_was_enabled:
             gc.enable()
-    return stats
 
 
 def handle(args: argparse.Namespace) -> int:
@@ -145,6 +165,17 @@ def handle(args: argparse.Namespace) -> int:
                        sgdx=sgdx_from_args(args), run_id=args.run_id)
     print(f"imported {stats.dialogues} dialogues ({stats.turns} turns) from {stats.files} files into {args.out}")
     report_skipped(stats)
+    return 0
+
+
+def handle_trajectories(args: argparse.Namespace) -> int:
+    from ...scenarios.proactive.importer import import_trajectories
+    counts = import_trajectories(args.src_file, args.out, run_id=args.run_id)
+    print(f"imported {counts.records} trajectories ({counts.mainlines} mainlines, {counts.branches} branches, "
+          f"{counts.unlinked} branches without their mainline) from {args.src_file} into {args.out}")
+    if counts.kept_as_is:
+        print(f"{counts.kept_as_is} record(s) differ from the generator's shape and are kept as they are",
+              file=sys.stderr)
     return 0
 
 

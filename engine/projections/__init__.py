@@ -44,7 +44,8 @@ from ..oplog import get_logger
 _log = get_logger("projections")
 
 CHECKPOINT_DIR = ".checkpoint"
-BUILTIN_MODULES = ["dialogsim.engine.projections.sgd", "dialogsim.engine.projections.dst_metrics"]
+BUILTIN_MODULES = ["dialogsim.engine.projections.sgd", "dialogsim.engine.projections.dst_metrics",
+                   "dialogsim.scenarios.proactive.projections"]
 
 
 class Projection(Protocol):
