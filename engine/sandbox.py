@@ -156,11 +156,16 @@ def _parse_answer(data: bytes) -> SandboxResult:
                          error=output.decode("utf-8", "replace").strip() if kind == "error" else None)
 
 
+def default_workers() -> int:
+    """Two sandboxes per core: setting one up waits on the kernel (a network namespace) more than it computes."""
+    return 2 * (os.cpu_count() or 1)
+
+
 class SandboxPool:
-    """Runs programs on ``workers`` threads (default: one per core), each with its own sandbox server."""
+    """Runs programs on ``workers`` threads (default: two per core), each with its own sandbox server."""
 
     def __init__(self, workers: int | None = None, limits: Limits = Limits()) -> None:
-        self.workers = workers or os.cpu_count() or 1
+        self.workers = workers or default_workers()
         self.limits = limits
         self._servers: queue.SimpleQueue[SandboxServer] = queue.SimpleQueue()
         self._slots = _reserve_slots(self.workers)

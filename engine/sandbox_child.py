@@ -15,8 +15,8 @@ Protocol on stdin/stdout, one request at a time:
             ``length`` bytes of output (stdout and stderr together).
 """
 
-import os
 import builtins
+import os
 import resource
 import select
 import signal
@@ -106,21 +106,71 @@ def supervise(libc, root, source, timeout, cpu, memory, nproc, fsize, uid, tmpfs
         os.chown(workdir, uid, uid)
         isolation.append("uid")
     out_read, out_write = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        try:
-            os.close(out_read)
-            confine(libc, uid if "uid" in isolation else None, workdir, out_write, cpu, memory, nproc, fsize)
-        except BaseException:
-            os._exit(126)  # never run a program that is not confined
-        run(program)  # does not return
-    os.close(out_write)
-    output, truncated, status, timed_out = watch(pid, out_read, timeout, max_output, "pid" not in isolation)
-    if "pid" not in isolation:
-        clean_up(uid if "uid" in isolation else None, pid, workdir)
+
+    def start():  # the program's process, confined (it closes every other descriptor); returns its pid
+        pid = os.fork()
+        if pid == 0:
+            try:
+                confine(libc, uid if "uid" in isolation else None, workdir, out_write, cpu, memory, nproc, fsize)
+            except BaseException:
+                os._exit(126)  # never run a program that is not confined
+            run(program)  # does not return
+        os.close(out_write)
+        return pid
+
+    if "pid" in isolation:
+        output, truncated, status, timed_out = run_in_namespace(start, out_read, out_write, timeout, max_output)
+    else:
+        pid = start()
+        output, truncated, status, timed_out = watch(pid, out_read, timeout, max_output, own_group=True)
+        kill_leftovers(uid if "uid" in isolation else None, pid)
+    status = f"signal {os.WTERMSIG(status)}" if os.WIFSIGNALED(status) else f"exit {os.waitstatus_to_exitcode(status)}"
+    if "mount" not in isolation:  # a directory on the host's disk (a private tmpfs vanishes by itself)
+        import shutil
+        shutil.rmtree(workdir, ignore_errors=True)
     head = (f"{status} timeout {int(timed_out)} truncated {int(truncated)} "
             f"isolation {','.join(isolation) or '-'} {len(output)}\n")
     return head.encode() + output
+
+
+def run_in_namespace(start, out_read, out_write, timeout, max_output):
+    """Run the program under a trusted PID 1 of its namespace, which ends the namespace (killing every process
+    in it) when the program exits, when the supervisor kills it at the timeout, or when the supervisor dies."""
+    status_read, status_write = os.pipe()
+    life_read, life_write = os.pipe()  # the supervisor holds the write end: EOF means it is gone
+    init = os.fork()
+    if init == 0:
+        os.close(out_read)
+        os.close(status_read)
+        os.close(life_write)
+        namespace_init(start(), life_read, status_write)
+    os.close(out_write)
+    os.close(status_write)
+    os.close(life_read)
+    output, truncated, _, timed_out = watch(init, out_read, timeout, max_output, own_group=False)
+    os.close(life_write)
+    with os.fdopen(status_read, "rb") as f:
+        reported = f.read()
+    return output, truncated, int(reported) if reported else signal.SIGKILL, timed_out
+
+
+def namespace_init(program, life, report):
+    """PID 1 of the program's namespace: wait for the program (or the supervisor's end), report, exit."""
+    poller = select.poll()
+    poller.register(life, select.POLLIN)
+    try:
+        poller.register(os.pidfd_open(program), select.POLLIN)
+        wait = None
+    except (AttributeError, OSError):
+        wait = 10  # ms between checks of the program's exit
+    while True:
+        for fd, _ in poller.poll(wait):
+            if fd == life:
+                os._exit(1)
+        done, status = os.waitpid(program, os.WNOHANG)
+        if done:
+            write_all(report, str(status).encode())
+            os._exit(0)
 
 
 def isolate(libc, tmpfs_bytes):
@@ -259,7 +309,8 @@ def exit_code(exc):
 
 
 def watch(pid, output, timeout, max_output, own_group):
-    """Collect the program's output (the first ``max_output`` bytes) and its status, killing it at the timeout."""
+    """Collect the output of process ``pid`` (the first ``max_output`` bytes) and its wait status, killing it at
+    the timeout: (output, truncated, status, timed out)."""
     kept = bytearray()
     truncated = False
     poller = select.poll()
@@ -304,13 +355,10 @@ def watch(pid, output, timeout, max_output, own_group):
     if pidfd is not None:
         os.close(pidfd)
     os.close(output)
-    if os.WIFSIGNALED(status):
-        return bytes(kept), truncated, f"signal {os.WTERMSIG(status)}", killed
-    return bytes(kept), truncated, f"exit {os.waitstatus_to_exitcode(status)}", killed
+    return bytes(kept), truncated, status, killed
 
 
 def terminate(pid, own_group):
-    # the program is PID 1 of its namespace: killing it kills every process inside
     for target in (pid, -pid) if own_group else (pid,):
         try:
             os.kill(target, signal.SIGKILL)
@@ -318,8 +366,8 @@ def terminate(pid, own_group):
             pass
 
 
-def clean_up(uid, pid, workdir):
-    """Without a PID namespace: kill what the program left running, then remove its directory."""
+def kill_leftovers(uid, pid):
+    """Without a PID namespace: kill what the program left running (as root, every process of its uid)."""
     terminate(pid, True)
     if uid is not None:  # every process of the sandbox's own uid, also those that left the group
         killer = os.fork()
@@ -330,8 +378,6 @@ def clean_up(uid, pid, workdir):
             finally:
                 os._exit(0)
         os.waitpid(killer, 0)
-    import shutil
-    shutil.rmtree(workdir, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -29,7 +29,7 @@ def state_id(record: dict[str, Any]) -> Any:
     return record["state"].get("id", "unknown")
 
 
-def tests_of(state: dict[str, Any]) -> str | None:
+def state_tests(state: dict[str, Any]) -> str | None:
     """The tests task_score runs for a state, or None when it scores the fixed 0.6."""
     tests = state.get("mbpp_tests")
     if state.get("domain") != "coding" or not tests:
@@ -66,7 +66,7 @@ def score_records(records: Sequence[dict[str, Any]], run_programs: RunPrograms) 
     programs: dict[int, str] = {}
     for i in last.values():
         try:
-            tests = tests_of(records[i]["state"])
+            tests = state_tests(records[i]["state"])
         except ValueError as exc:
             raise UserError(f"trajectory {i + 1}: {exc}") from None
         if tests is not None:

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from dialogsim.engine.sandbox import (UID_BASE, Limits, SandboxPool, isolation_available, run_python,
-                                      sandbox_uid)
+from dialogsim.engine.sandbox import (UID_BASE, Limits, SandboxPool, SandboxServer, isolation_available,
+                                      run_python, sandbox_uid)
 
 FAILING_TESTS = "\n\nassert remove_Occ('hello', 'l') == 'heo'\n"  # an MBPP assert the attacks never satisfy
 QUICK = Limits(timeout=1.5)
@@ -174,3 +174,22 @@ def test_pool_keeps_order_and_uses_one_uid_per_worker():
     assert codes == [i % 3 for i in range(12)]
     if "uid" in isolation_available():
         assert len(uids) <= 3 and all(UID_BASE <= uid for uid in uids) and 0 not in uids
+
+
+def test_killing_the_server_kills_the_program():
+    """When the host kills a sandbox server (its last resort), the running program dies with it."""
+    needs("pid")
+    server = SandboxServer(sandbox_uid(200))
+    results = []
+    runner = threading.Thread(target=lambda: results.append(server.run("import time\ntime.sleep(60)", QUICK)))
+    runner.start()
+    deadline = time.monotonic() + 10
+    while not leftover_processes() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert leftover_processes(), "the program never started"
+    server.close(kill=True)
+    runner.join()
+    deadline = time.monotonic() + 5
+    while leftover_processes() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert leftover_processes() == [] and not results[0].passed
