@@ -9,14 +9,16 @@ a fresh, confined process per program. What is enforced, and where:
   and everything it started are killed; rlimits on CPU time, address space (1 GiB), file size, core
   dumps and processes; an empty environment (HOME and TMPDIR are the program's own fresh directory, which
   is its working directory); stdin from /dev/null; stdout and stderr through a pipe of which only the
-  first ``max_output`` bytes are kept; no new privileges (setuid binaries do not elevate); the program is
-  killed if its supervisor dies;
+  first ``max_output`` bytes are kept; no new privileges (setuid binaries do not elevate);
 - as root: an unprivileged uid of its own per concurrent program (the process limit counts per uid,
   and root is exempt from it; the uid cannot read or change root's files nor signal other processes);
   and where the kernel allows namespaces: no network (a new, empty network namespace), a PID namespace
-  (the program is its PID 1, so killing it kills every process it forked, also those that left its
-  process group), a private tmpfs on /tmp, /var/tmp and /dev/shm (the working directory lives there:
-  nothing is written to the host's disk), the standard library bound read-only;
+  under a trusted PID 1 (when the program ends, is killed at the timeout, or its supervisor dies, every
+  process it forked dies too, also those that left its process group), a private tmpfs on /tmp, /var/tmp
+  and /dev/shm (the working directory lives there: nothing is written to the host's disk), the standard
+  library bound read-only. Without namespaces, as root, every process of the program's uid is killed
+  afterwards; and a program is refused (``SandboxResult.error``) rather than run as root when no uid can
+  be dropped to (the standard library unreadable by other users and no mount namespace to show it);
 - not root: a fresh directory under TMPDIR, removed afterwards; the process limit is the user's own
   RLIMIT_NPROC (shared with the user's other processes); the network is reachable, the program can read
   what the user can, and a process that leaves its process group can outlive the timeout.

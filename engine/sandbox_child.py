@@ -94,6 +94,11 @@ def write_all(fd, data):
 def supervise(libc, root, source, timeout, cpu, memory, nproc, fsize, uid, tmpfs, max_output):
     """In the supervisor: isolate, run the program in its own process, and describe how it ended."""
     isolation = isolate(libc, tmpfs) if root else []
+    if root:
+        if "mount" not in isolation and not readable_by_anyone(STDLIB):
+            raise PermissionError(f"refusing to run a program as root: no mount namespace here, and other users "
+                                  f"cannot read the standard library at {STDLIB}, so there is no uid to drop to")
+        isolation.append("uid")
     if "mount" in isolation:
         workdir = "/tmp/sandbox"
         os.mkdir(workdir, 0o700)
@@ -102,9 +107,8 @@ def supervise(libc, root, source, timeout, cpu, memory, nproc, fsize, uid, tmpfs
     program = os.path.join(workdir, "program.py")
     with open(program, "wb") as f:
         f.write(source)
-    if root and ("mount" in isolation or readable_by_anyone(STDLIB)):
+    if root:
         os.chown(workdir, uid, uid)
-        isolation.append("uid")
     out_read, out_write = os.pipe()
 
     def start():  # the program's process, confined (it closes every other descriptor); returns its pid

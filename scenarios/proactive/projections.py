@@ -16,6 +16,7 @@ from typing import Any
 
 import msgspec
 
+from ...engine.errors import UserError
 from ...engine.projections import register_projection
 from ...engine.sandbox import Limits, SandboxPool
 from .records import Trajectory, ordered_records, record_line, trajectory_of
@@ -75,7 +76,11 @@ class PreferencePairsProjection(TrajectoriesProjection):
     def run_programs(self, programs: list[str]) -> list[bool]:
         """Run the programs in the sandbox on every core: whether each exited with status 0 in time."""
         with SandboxPool(self.workers, self.limits) as pool:
-            passed = [result.passed for result in pool.map(programs)]
+            results = list(pool.map(programs))
+        failed = next((r.error for r in results if r.error is not None), None)
+        if failed is not None:  # the sandbox's own failure must not pass for a failing program
+            raise UserError(f"cannot score the programs: {failed}")
+        passed = [result.passed for result in results]
         self.counts.update(programs=len(programs), passed=sum(passed))
         return passed
 

@@ -205,3 +205,27 @@ def test_dpo_rows():
     assert dpo_action_row(pair) == {"prompt": "domain=coding | turn=1 | clarity=0.6 | prev_reject=0 |\n"
                                               "user_query: Write f", "chosen": "LOW", "rejected": "HIGH"}
     assert render_state({"domain": "coding"}).startswith("domain=coding | turn=None")
+
+
+def test_a_sandbox_failure_is_an_error_not_a_failing_program(tmp_path, monkeypatch):
+    """If the sandbox cannot run the programs, the projection stops with the reason instead of scoring 0.0."""
+    from dialogsim.engine.sandbox import SandboxResult
+    from dialogsim.scenarios.proactive import projections
+
+    class Refusing:
+        def __init__(self, *args):
+            pass
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            pass
+
+        def map(self, programs):
+            return [SandboxResult(exit_code=None, error="refusing to run a program as root") for _ in programs]
+
+    monkeypatch.setattr(projections, "SandboxPool", Refusing)
+    import_trajectories(MIXED, tmp_path / "run")
+    with pytest.raises(UserError, match="cannot score the programs: refusing to run a program as root"):
+        run_projection(tmp_path / "run", get_projection("preference_pairs"))
