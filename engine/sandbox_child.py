@@ -144,10 +144,13 @@ def run_in_namespace(start, out_read, out_write, timeout, max_output):
     life_read, life_write = os.pipe()  # the supervisor holds the write end: EOF means it is gone
     init = os.fork()
     if init == 0:
-        os.close(out_read)
-        os.close(status_read)
-        os.close(life_write)
-        namespace_init(start(), life_read, status_write)
+        try:
+            os.close(out_read)
+            os.close(status_read)
+            os.close(life_write)
+            namespace_init(start(), life_read, status_write)
+        finally:
+            os._exit(1)  # never back into the supervisor's code (its answer goes to the server's stdout)
     os.close(out_write)
     os.close(status_write)
     os.close(life_read)

@@ -144,7 +144,7 @@ def import_trajectories(src: str | Path, out: str | Path, *, run_id: str | None 
     if not src.is_file():
         raise UserError(f"{src}: no such file")
     counts = TrajectoryImport()
+    run_id = run_id or f"trajectories-{src.stem}"
     config = {"command": "import trajectories", "source": str(src.resolve())}
-    write_imported_run(out, trajectory_events(src, run_id or f"trajectories-{src.stem}", counts),
-                       run_id=run_id or f"trajectories-{src.stem}", config=config)
+    write_imported_run(out, trajectory_events(src, run_id, counts), run_id=run_id, config=config)
     return counts
