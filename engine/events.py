@@ -119,6 +119,9 @@ class UserTurn(Event, tag="user_turn", kw_only=True):
     ``raw_act`` is the turn's act as an imported corpus recorded it when its acts are not SGD-shaped (a
     TC-Bot act dict, kept verbatim so that exports of that format reproduce it); unset otherwise, and then
     absent from the JSON, so logs without such acts are unchanged.
+
+    A persona user's reaction turn carries ``reaction`` (its signals) and ``persona`` (the profile it
+    reacted as); ``persona`` is left out of the encoding when unset, so other users' logs do not change.
     """
 
     turn: int
@@ -127,6 +130,7 @@ class UserTurn(Event, tag="user_turn", kw_only=True):
     end: bool = False
     reaction: dict[str, Any] | None = None
     raw_act: dict[str, Any] | UnsetType = UNSET
+    persona: dict[str, Any] | UnsetType = UNSET
 
 
 class AgentTurn(Event, tag="agent_turn", kw_only=True):
@@ -135,6 +139,10 @@ class AgentTurn(Event, tag="agent_turn", kw_only=True):
     ``tagged_slots`` are the non-categorical slot spans the agent found in the user's last utterance, per
     service (scored as slot tagging F1); None when the agent did not tag the text (it read the user's acts).
     ``raw_act``: as in UserTurn, an imported act that is not SGD-shaped, verbatim.
+
+    A policy-style agent's turn has its ``action`` label, ``action_by`` (who chose it: "persona", "manual",
+    ...) and ``prompt`` (the instructions the turn was generated under, e.g. the action's system prompt);
+    those two are left out of the encoding when unset, so other agents' logs do not change.
     """
 
     turn: int
@@ -148,6 +156,8 @@ class AgentTurn(Event, tag="agent_turn", kw_only=True):
     cost: float | None = None
     action: str | None = None
     raw_act: dict[str, Any] | UnsetType = UNSET
+    action_by: str | UnsetType = UNSET
+    prompt: str | UnsetType = UNSET
 
 
 class ToolCalled(Event, tag="tool_called", kw_only=True):
