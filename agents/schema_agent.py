@@ -178,7 +178,6 @@ class SchemaAgent:
         self._expecting: list[str] = []  # slots the agent asked for last
         self.offered_intent: tuple[str, str] | None = None  # (service, intent) of our OFFER_INTENT
         self.pending: tuple[str, str, list[Act]] | None = None  # (service, intent, acts to prepend)
-        self.calls = 0
         self._tagged: dict[str, list[SlotSpan]] | None = None  # spans found in the user's text this turn
         self._offer_acts: dict[str, list[Act]] = {}  # the OFFER acts of the entity on the table
 
@@ -393,7 +392,6 @@ class SchemaAgent:
         if svc.transactional[intent]:
             for s, default in svc.optional[intent].items():
                 params.setdefault(s, default)
-        self.calls += 1
         self.pending = (name, intent, out)
         return AgentReply(tool_calls=[ToolCall(service=name, method=intent, parameters=params)])
 

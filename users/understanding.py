@@ -141,7 +141,6 @@ class _Bank:
         self.by_start: dict[int, dict[str, list[_Template]]] = {}
         for t in templates:
             self.by_start.setdefault(len(t.first), {}).setdefault(t.first, []).append(t)
-        self.size = len(templates)
 
     def candidates(self, low: str, pos: int) -> list[_Template]:
         """Templates whose first literal can start at ``pos``."""

@@ -21,9 +21,10 @@ _STREETS = ["Main Street", "Oak Avenue", "Park Road", "Market Street", "El Camin
             "Mission Street", "Castro Street", "University Avenue", "Lincoln Way"]
 _WORDS = ["Blue", "Golden", "Silver", "Royal", "Green", "Sunset", "Harbor", "Maple", "Cedar", "Lakeside",
           "Grand", "Little", "Old Town", "Riverside", "Summit"]
-_NOUNS = {"venue": "Hall", "event": "Arena", "stadium": "Stadium", "hotel": "Inn", "restaurant": "Kitchen", "movie": "Story", "song": "Song", "album": "Album",
-          "event": "Festival", "theater": "Theater", "doctor": "Clinic", "salon": "Salon", "apartment": "Apartments",
-          "property": "Residences", "station": "Station", "airport": "Airport", "car": "Sedan"}
+_NOUNS = {"venue": "Hall", "event": "Festival", "stadium": "Stadium", "hotel": "Inn", "restaurant": "Kitchen",
+          "movie": "Story", "song": "Song", "album": "Album", "theater": "Theater", "doctor": "Clinic",
+          "salon": "Salon", "apartment": "Apartments", "property": "Residences", "station": "Station",
+          "airport": "Airport", "car": "Sedan"}
 _PEOPLE = ["Alex Morgan", "Jamie Lee", "Sam Carter", "Taylor Reed", "Jordan Blake", "Casey Nguyen",
            "Riley Patel", "Morgan Diaz", "Avery Chen", "Quinn Foster"]
 
