@@ -347,6 +347,10 @@ class AgendaUser:
             svc = self._services[name] = _Service(schema)
         return svc
 
+    def intents_of(self, service: str) -> list[str]:
+        """The intents of ``service``, in schema order (what a slip of the noise model may say instead)."""
+        return self._service(service).intents
+
     def _all_done(self) -> bool:
         for s in self.subs:
             if not s.done:

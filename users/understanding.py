@@ -198,12 +198,12 @@ class Understanding:
         for sig, tpls in own.items():
             yield from add(sig, tpls)
         # the domain's other services' templates in this service's slot names (what the realizer borrows)
-        for sig, tpls in realizer._domain_bank("SYSTEM", service).items():
+        for sig, tpls in realizer.domain_bank("SYSTEM", service).items():
             yield from add(sig, tpls)
         for tok in realizer.by_slot.get("SYSTEM", {}):
             acts = parse_signature(tok)
             if acts and len(acts) == 1 and acts[0][1] in svc.slots:
-                yield from add(tok, realizer._borrow("SYSTEM", service, acts[0][1], tok))
+                yield from add(tok, realizer.borrowed("SYSTEM", service, acts[0][1], tok))
         for tok, tpls in realizer.generic.get("SYSTEM", {}).items():
             if "(" not in tok:  # GOODBYE, REQ_MORE...: INFORM(*v) names no slot, the cue reader covers it
                 yield from add(tok, tpls)

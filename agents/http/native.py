@@ -24,7 +24,7 @@ from ...engine.errors import UserError
 from ...engine.events import (Act, AgentTurn, DialogueState, Event, Frame, SlotSpan, ToolCalled, ToolReturned, Usage,
                               UserTurn)
 from ...engine.memo import IdentityMemo
-from .client import HttpPool, HttpSettings, ProtocolError, _number, check_options
+from .client import HttpPool, HttpSettings, ProtocolError, check_options, number_option
 
 PROTOCOL = "dialogsim/1"
 
@@ -184,8 +184,8 @@ def event_message(event: Event) -> Message | None:
     return None
 
 
-def _missing(user: UserTurn, tool_results: list[ToolResult], last_calls: list[ToolCall], users: set[int],
-             called: set[str], returned: set[str]) -> list[Message]:
+def missing_messages(user: UserTurn, tool_results: list[ToolResult], last_calls: list[ToolCall], users: set[int],
+                     called: set[str], returned: set[str]) -> list[Message]:
     """What the history lacks of the current step: the new user turn, the agent's calls and their results."""
     out: list[Message] = []
     if user.turn not in users:
@@ -216,7 +216,7 @@ def history_messages(history: list[Event], user: UserTurn, tool_results: list[To
     users = {m.turn for m in messages if isinstance(m, UserMessage)}
     called = {m.call_id for m in messages if isinstance(m, ToolCallMessage)}
     returned = {m.call_id for m in messages if isinstance(m, ToolResultMessage)}
-    return messages + _missing(user, tool_results, last_calls, users, called, returned)
+    return messages + missing_messages(user, tool_results, last_calls, users, called, returned)
 
 
 class Transcript:
@@ -277,7 +277,7 @@ class Transcript:
         user_raw = self.user_raw if user is self.user else encode(user_message(user))
         if not tool_results and user.turn in self.users:
             return self.raw, self.calls_since_user, user_raw  # the usual case: the history holds it all
-        extra = _missing(user, tool_results, last_calls, self.users, self.called, self.returned)
+        extra = missing_messages(user, tool_results, last_calls, self.users, self.called, self.returned)
         step = self.calls_since_user
         for m in extra:
             if isinstance(m, UserMessage):
@@ -333,8 +333,8 @@ class TurnMeter:
 
 def price_options(options: dict[str, Any]) -> tuple[float | None, float | None]:
     """The price table from options: USD per 1000 input and output tokens (None when not given)."""
-    p_in = _number(options, "price_in_per_1k", -1.0)
-    p_out = _number(options, "price_out_per_1k", -1.0)
+    p_in = number_option(options, "price_in_per_1k", -1.0)
+    p_out = number_option(options, "price_out_per_1k", -1.0)
     return (None if p_in < 0 else p_in), (None if p_out < 0 else p_out)
 
 

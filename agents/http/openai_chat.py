@@ -20,9 +20,9 @@ import msgspec
 from ...engine.contracts import AgentReply, EpisodeContext, FaultReport, Observation, ToolCall, ToolResult, ToolSpec
 from ...engine.errors import UserError
 from ...engine.events import Event, UserTurn
-from .client import HttpPool, HttpSettings, ProtocolError, _number, check_options
-from .native import (AgentMessage, Message, ToolCallMessage, ToolResultMessage, TurnMeter, UserMessage, _missing,
-                     api_key, event_message, latency_mode, price_options)
+from .client import HttpPool, HttpSettings, ProtocolError, check_options, number_option
+from .native import (AgentMessage, Message, ToolCallMessage, ToolResultMessage, TurnMeter, UserMessage, api_key,
+                     event_message, latency_mode, missing_messages, price_options)
 
 _NAME_OK = re.compile(r"[^A-Za-z0-9_-]")
 _encode = msgspec.json.Encoder().encode
@@ -135,7 +135,7 @@ class ChatTranscript:
         self.count = len(history)
         self.last = history[-1] if history else None
         out = list(self.chat)
-        for m in _missing(user, tool_results, last_calls, self.users, self.called, self.returned):
+        for m in missing_messages(user, tool_results, last_calls, self.users, self.called, self.returned):
             _add_chat(out, m, shared=len(self.chat))
         return out
 
@@ -295,7 +295,7 @@ class OpenAIAgentFactory:
         key = api_key(options)
         self.prices = price_options(options)
         self.measured_latency = latency_mode(options)
-        self.temperature = _number(options, "temperature", -1.0)
+        self.temperature = number_option(options, "temperature", -1.0)
         self.temperature = None if self.temperature < 0 else self.temperature
         self.system_prompt = options.get("system_prompt") or None
         self.headers = {"Content-Type": "application/json", "Accept": "application/json"}

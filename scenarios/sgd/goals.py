@@ -29,7 +29,7 @@ from typing import Any
 from .pack import Pack
 from .schema import IntentSchema, ServiceSchema
 from .pairs import is_date, order_dates, slot_pairs
-from .values import ANY_VALUES, _kind, value_kind
+from .values import ANY_VALUES, value_kind
 from .world import indexed_tables
 
 

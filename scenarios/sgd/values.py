@@ -33,7 +33,7 @@ _PERSON = ("artist", "director", "starring", "cast", "actor", "therapist", "styl
            "contact", "receiver", "recipient", "performer", "celeb", "singer")
 
 
-def _kind(slot: SlotSchema) -> str:
+def slot_kind(slot: SlotSchema) -> str:
     """A coarse kind of a slot from its name and description (time, date, city, station, person, name...)."""
     name = slot.name.lower()
     desc = slot.description.lower()
@@ -74,6 +74,11 @@ def _kind(slot: SlotSchema) -> str:
     return "other"
 
 
+# The old private name, for the two modules still importing it (scenarios/sgd/build.py and mine.py, being changed
+# on other branches): remove once they import slot_kind.
+_kind = slot_kind
+
+
 _VENUE_WORDS = frozenset("stadium theater theatre church center centre hall auditorium arena club airport station "
                          "terminal street avenue road park museum gallery field stage restaurant hotel".split())
 
@@ -97,7 +102,7 @@ def plausible(kind: str, value: str) -> bool:
 def value_kind(slot: SlotSchema, values: list[str]) -> str:
     """The kind of a slot by name and description, corrected by values seen for it: a "location" whose
     values are stations or venues is a place, one whose values are street addresses an address."""
-    kind = _kind(slot)
+    kind = slot_kind(slot)
     values = [v for v in values if v not in ANY_VALUES]
     if kind == "city" and values:
         if sum(v[:1].isdigit() for v in values) > len(values) / 2:
@@ -118,7 +123,7 @@ def _cues(slot: SlotSchema) -> set[str]:
 
 def similar_values(slot: SlotSchema, mined: dict[tuple[str, str], list[str]]) -> list[str]:
     """Values of mined slots of the same kind whose names carry a content word of this slot."""
-    kind, cues = _kind(slot), _cues(slot)
+    kind, cues = slot_kind(slot), _cues(slot)
     out: list[str] = []
     for name, k in sorted(mined):
         if k == kind and "/" not in name and {w[:-1] if w.endswith("s") else w for w in name.split("_")} & cues:
@@ -131,7 +136,7 @@ def generate(slot: SlotSchema, rng: random.Random, mined: dict[tuple[str, str], 
     ("Domain/slot name", kind) to those of one domain (preferred: a movie genre is not a music genre)."""
     if slot.possible_values:
         return rng.choice(slot.possible_values)
-    kind = _kind(slot)
+    kind = slot_kind(slot)
     pool = mined.get((f"{domain}/{slot.name}", kind)) or mined.get((slot.name, kind))
     if not pool and kind == "city":
         # a "location" that the same domain fills with stations or venues (a rental car's pickup location)
