@@ -146,14 +146,14 @@ async def agent_loop(url: str, concurrency: int, total: int) -> tuple[float, flo
     import random
 
     from dialogsim.engine.contracts import Observation
-    from dialogsim.agents.http.native import http_agent_factory
+    from dialogsim.agents.http.native import NativeAgentFactory
     from dialogsim.engine.events import AgentTurn, UserTurn
     from dialogsim.engine.contracts import EpisodeContext
     from dialogsim.scenarios.builtin import BuiltinScenarios
 
     sc = BuiltinScenarios()
     scenario, _ = sc.draw(1, 0)
-    factory = http_agent_factory(url, None, {"concurrency": concurrency})
+    factory = NativeAgentFactory(url, None, {"concurrency": concurrency})
     left = total
 
     async def worker(k: int) -> None:
@@ -189,9 +189,9 @@ _pools: list = []  # the pool of each run's agent factory, for its in-flight fig
 
 def _capturing_factory(arg: str | None, scenarios: object, options: dict) -> object:
     """``http:`` as registered, keeping the factory's pool for the figures."""
-    from dialogsim.agents.http.native import http_agent_factory
+    from dialogsim.agents.http.native import NativeAgentFactory
 
-    factory = http_agent_factory(arg, scenarios, options)
+    factory = NativeAgentFactory(arg, scenarios, options)
     _pools.append(factory.pool)
     return factory
 
