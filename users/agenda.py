@@ -509,106 +509,110 @@ class AgendaUser:
 
     def _react(self, sub: _Sub | None, by: dict[str, list[Act]]) -> tuple[list, bool]:
         """The user's acts in answer to the system's acts on the current subgoal's service (``by`` act name),
-        and whether the user ends the dialogue."""
+        and whether the user ends the dialogue: the answer to the act that matters most, in this order."""
         out: list = []
         if sub is None:  # everything settled, the system keeps talking
             return out, self._finish(out, self.subs[-1].service, True)
-        svc = sub.service
-        rng = self.rng
         for a in by.get("INFORM", ()):
             if a.canonical_values:
                 sub.row[a.slot] = a.canonical_values[0]
             if a.slot in sub.pending:
                 sub.pending.remove(a.slot)
-
         if "CONFIRM" in by:
-            wrong = []
-            for a in by["CONFIRM"]:
-                mine = self._value(sub, a.slot)
-                heard = a.canonical_values[0] if a.canonical_values else None
-                if mine is not None and not _same(mine, heard) and mine != "dontcare":
-                    wrong.append((a.slot, mine))
-            if wrong:
-                out.append((svc, "NEGATE", "", None))
-                for s, v in wrong:
-                    out.append((svc, "INFORM", s, v))
-                return out, False
-            for a in by["CONFIRM"]:
-                if a.canonical_values:
-                    sub.row[a.slot] = a.canonical_values[0]
-                    self._accept(svc, a)
-            out.append((svc, "AFFIRM", "", None))
-            if sub.pending and rng.random() < 0.5:
-                self._ask(out, sub, 2)
-            return out, False
+            end = self._confirmation(out, sub, by["CONFIRM"])
+        elif "NOTIFY_SUCCESS" in by:
+            end = self._succeeded(out, sub)
+        elif "NOTIFY_FAILURE" in by and "OFFER" not in by:
+            end = self._failed(out, sub, "REQ_MORE" in by)
+        elif "OFFER" in by:
+            end = self._offer(out, sub, by)
+        elif "REQUEST" in by:
+            end = self._requested(out, sub, by["REQUEST"])
+        elif "OFFER_INTENT" in by:
+            end = self._intent_offered(out, sub, by["OFFER_INTENT"][0].canonical_values)
+        elif "REQ_MORE" in by:
+            end = self._move_on(out, sub, True) if sub.done else self._unstick(out, sub)
+        elif "INFORM" in by and sub.offered is not None and not sub.selected:
+            end = self._decide_offer(out, sub)  # the details asked about the offer are in
+        elif "INFORM" in by and sub.done:
+            end = self._move_on(out, sub, False)
+        else:
+            end = self._unstick(out, sub)
+        return out, end
 
-        if "NOTIFY_SUCCESS" in by:
-            sub.fulfilled = True
-            sub.claim = self._claim(sub, None)
-            if sub.pending:
-                self._ask(out, sub, 2)
-                return out, False
-            return out, self._move_on(out, sub, False)
+    def _confirmation(self, out: list, sub: _Sub, confirms: list[Act]) -> bool:
+        """Correct a confirmation that got a value wrong, else affirm it (and maybe ask what is pending)."""
+        wrong = []
+        for a in confirms:
+            mine = self._value(sub, a.slot)
+            heard = a.canonical_values[0] if a.canonical_values else None
+            if mine is not None and not _same(mine, heard) and mine != "dontcare":
+                wrong.append((a.slot, mine))
+        svc = sub.service
+        if wrong:
+            out.append((svc, "NEGATE", "", None))
+            for s, v in wrong:
+                out.append((svc, "INFORM", s, v))
+            return False
+        for a in confirms:
+            if a.canonical_values:
+                sub.row[a.slot] = a.canonical_values[0]
+                self._accept(svc, a)
+        out.append((svc, "AFFIRM", "", None))
+        if sub.pending and self.rng.random() < 0.5:
+            self._ask(out, sub, 2)
+        return False
 
-        if "NOTIFY_FAILURE" in by and "OFFER" not in by:
-            return out, self._failed(out, sub, "REQ_MORE" in by)
+    def _succeeded(self, out: list, sub: _Sub) -> bool:
+        """The booking is made: ask what is still pending, else move on."""
+        sub.fulfilled = True
+        sub.claim = self._claim(sub, None)
+        if sub.pending:
+            self._ask(out, sub, 2)
+            return False
+        return self._move_on(out, sub, False)
 
-        if "OFFER" in by:
-            return out, self._offer(out, sub, by)
+    def _requested(self, out: list, sub: _Sub, requests: list[Act]) -> bool:
+        """Answer the system's questions: affirm a value it proposes that suits, else inform the user's own (a
+        fallback when the goal has none), and maybe volunteer more."""
+        svc = sub.service
+        for a in requests:
+            mine = self._value(sub, a.slot)
+            if a.canonical_values and (mine is None or _same(mine, a.canonical_values[0])):
+                out.append((svc, "AFFIRM", "", None))
+                sub.constraints.setdefault(a.slot, a.canonical_values[0])
+                self._accept(svc, a)
+                continue
+            if mine is None:
+                mine = self._fallback(sub, a.slot)
+                sub.constraints[a.slot] = mine
+            out.append((svc, "INFORM", a.slot, mine))
+        self._pop_volunteers(out, sub, 2)
+        return False
 
-        if "REQUEST" in by:
-            for a in by["REQUEST"]:
-                mine = self._value(sub, a.slot)
-                if a.canonical_values and (mine is None or _same(mine, a.canonical_values[0])):
-                    out.append((svc, "AFFIRM", "", None))
-                    sub.constraints.setdefault(a.slot, a.canonical_values[0])
-                    self._accept(svc, a)
-                    continue
-                if mine is None:
-                    mine = self._fallback(sub, a.slot)
-                    sub.constraints[a.slot] = mine
-                out.append((svc, "INFORM", a.slot, mine))
-            self._pop_volunteers(out, sub, 2)
-            return out, False
-
-        if "OFFER_INTENT" in by:
-            offered = by["OFFER_INTENT"][0].canonical_values
-            nxt = self.subs[self.idx + 1] if self.idx + 1 < len(self.subs) else None
-            if sub.done and nxt is not None and nxt.service == svc and offered and nxt.intent == offered[0]:
-                self._activate(self.idx + 1)
-                self.agenda.pop()
-                out.append((svc, "AFFIRM_INTENT", "", None))
-                self._pop_volunteers(out, nxt, 2)
-                return out, False
-            out.append((svc, "NEGATE_INTENT", "", None))
-            if sub.fulfilled and sub.pending:
-                self._ask(out, sub, 2)
-            elif sub.done:
-                if nxt is None:
-                    self.idx = len(self.subs)
-                    if rng.random() < 0.3:
-                        out.append((svc, "GOODBYE", "", None))
-                        return out, True
-                elif rng.random() < 0.5:
-                    return out, self._open_next(out)
-            return out, False
-
-        if "REQ_MORE" in by:
-            if sub.done:
-                return out, self._move_on(out, sub, True)
-            return out, self._unstick(out, sub)
-
-        if "INFORM" in by:
-            if sub.offered is not None and not sub.selected:
-                return out, self._decide_offer(out, sub)
-            if sub.done:
-                return out, self._move_on(out, sub, False)
-            if sub.pending and sub.fulfilled:
-                self._ask(out, sub, 2)
-                return out, False
-        if not out:
-            return out, self._unstick(out, sub)
-        return out, False
+    def _intent_offered(self, out: list, sub: _Sub, offered: list[str]) -> bool:
+        """Take an offered intent that is the next subgoal's, else refuse it and ask, open the next subgoal or
+        close."""
+        svc = sub.service
+        nxt = self.subs[self.idx + 1] if self.idx + 1 < len(self.subs) else None
+        if sub.done and nxt is not None and nxt.service == svc and offered and nxt.intent == offered[0]:
+            self._activate(self.idx + 1)
+            self.agenda.pop()
+            out.append((svc, "AFFIRM_INTENT", "", None))
+            self._pop_volunteers(out, nxt, 2)
+            return False
+        out.append((svc, "NEGATE_INTENT", "", None))
+        if sub.fulfilled and sub.pending:
+            self._ask(out, sub, 2)
+        elif sub.done:
+            if nxt is None:
+                self.idx = len(self.subs)
+                if self.rng.random() < 0.3:
+                    out.append((svc, "GOODBYE", "", None))
+                    return True
+            elif self.rng.random() < 0.5:
+                return self._open_next(out)
+        return False
 
     def _unstick(self, out: list, sub: _Sub) -> bool:
         """A system turn the agenda has no rule for: ask what is still unknown, else restate the intent."""
