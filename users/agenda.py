@@ -663,15 +663,9 @@ class AgendaUser:
         return True
 
     def _offer(self, out: list, sub: _Sub, by: dict[str, list[Act]]) -> bool:
-        offered = {a.slot: a.canonical_values[0] for a in by["OFFER"] if a.canonical_values}
-        if "INFORM_COUNT" in by and by["INFORM_COUNT"][0].canonical_values:
-            count = by["INFORM_COUNT"][0].canonical_values[0]
-            sub.count = int(count) if count.isdigit() else None
-        elif sub.offered is None and not sub.alts:
-            sub.count = 1  # a first offer without a count: the only result
-        sub.offered = offered
-        sub.selected = False
-        self._offer_acts = by["OFFER"]
+        """Hear an offer: say what the system searched without, turn down an entity that contradicts the goal,
+        take an alternative to a failed booking, else ask about the entity or decide on it."""
+        offered = self._note_offer(sub, by)
         said = self._said(sub.service)
         # only what the user holds to counts against an offer: constraints, and optional values it said
         conflict = [s for s, v in offered.items()
@@ -686,27 +680,7 @@ class AgendaUser:
                 out.append((sub.service, "REQUEST_ALTS", "", None))
             return False
         if conflict:
-            if sub.transactional and "NOTIFY_FAILURE" in by and sub.relax:
-                # an alternative after a failed booking: accept it if it is what we would relax to anyway
-                slot, value = sub.relax[0]
-                if slot in offered and (value == "dontcare" or _same(offered[slot], value)):
-                    sub.relax.pop(0)
-                    sub.relaxed += 1
-                    for s, v in offered.items():
-                        if s in sub.constraints:
-                            sub.constraints[s] = v
-                    for a in self._offer_acts:
-                        self._accept(sub.service, a)
-                    out.append((sub.service, "AFFIRM", "", None))
-                    return False
-            if "NOTIFY_FAILURE" in by:
-                return self._failed(out, sub, False)
-            if sub.alts < self.max_alts + 2:
-                sub.alts += 1
-                out.append((sub.service, "REQUEST_ALTS", "", None))
-                return False
-            sub.reason = "every offer contradicted the user's constraints"
-            return self._failed(out, sub, False)
+            return self._contradicted(out, sub, offered, "NOTIFY_FAILURE" in by)
         if "NOTIFY_FAILURE" in by:
             for a in self._offer_acts:
                 self._accept(sub.service, a)
@@ -716,6 +690,43 @@ class AgendaUser:
             self._ask(out, sub, 2)
             return False
         return self._decide_offer(out, sub)
+
+    def _note_offer(self, sub: _Sub, by: dict[str, list[Act]]) -> dict[str, str]:
+        """Put the offered entity (its canonical values, returned) on the table, with how many results there are."""
+        offered = {a.slot: a.canonical_values[0] for a in by["OFFER"] if a.canonical_values}
+        if "INFORM_COUNT" in by and by["INFORM_COUNT"][0].canonical_values:
+            count = by["INFORM_COUNT"][0].canonical_values[0]
+            sub.count = int(count) if count.isdigit() else None
+        elif sub.offered is None and not sub.alts:
+            sub.count = 1  # a first offer without a count: the only result
+        sub.offered = offered
+        sub.selected = False
+        self._offer_acts = by["OFFER"]
+        return offered
+
+    def _contradicted(self, out: list, sub: _Sub, offered: dict[str, str], after_failure: bool) -> bool:
+        """An offer that contradicts the goal: take it after a failed booking if it is the next relaxation anyway,
+        else ask for another (a few times) or give the subgoal up."""
+        if sub.transactional and after_failure and sub.relax:
+            slot, value = sub.relax[0]
+            if slot in offered and (value == "dontcare" or _same(offered[slot], value)):
+                sub.relax.pop(0)
+                sub.relaxed += 1
+                for s, v in offered.items():
+                    if s in sub.constraints:
+                        sub.constraints[s] = v
+                for a in self._offer_acts:
+                    self._accept(sub.service, a)
+                out.append((sub.service, "AFFIRM", "", None))
+                return False
+        if after_failure:
+            return self._failed(out, sub, False)
+        if sub.alts < self.max_alts + 2:
+            sub.alts += 1
+            out.append((sub.service, "REQUEST_ALTS", "", None))
+            return False
+        sub.reason = "every offer contradicted the user's constraints"
+        return self._failed(out, sub, False)
 
     def _decide_offer(self, out: list, sub: _Sub) -> bool:
         """With the offer's details known: ask for alternatives now and then, else select it."""
