@@ -146,14 +146,14 @@ async def agent_loop(url: str, concurrency: int, total: int) -> tuple[float, flo
     import random
 
     from dialogsim.engine.contracts import Observation
-    from dialogsim.agents.http.native import http_agent_factory
+    from dialogsim.agents.http.native import NativeAgentFactory
     from dialogsim.engine.events import AgentTurn, UserTurn
     from dialogsim.engine.contracts import EpisodeContext
     from dialogsim.scenarios.builtin import BuiltinScenarios
 
     sc = BuiltinScenarios()
     scenario, _ = sc.draw(1, 0)
-    factory = http_agent_factory(url, None, {"concurrency": concurrency})
+    factory = NativeAgentFactory(url, None, {"concurrency": concurrency})
     left = total
 
     async def worker(k: int) -> None:
@@ -189,9 +189,9 @@ _pools: list = []  # the pool of each run's agent factory, for its in-flight fig
 
 def _capturing_factory(arg: str | None, scenarios: object, options: dict) -> object:
     """``http:`` as registered, keeping the factory's pool for the figures."""
-    from dialogsim.agents.http.native import http_agent_factory
+    from dialogsim.agents.http.native import NativeAgentFactory
 
-    factory = http_agent_factory(arg, scenarios, options)
+    factory = NativeAgentFactory(arg, scenarios, options)
     _pools.append(factory.pool)
     return factory
 
@@ -201,10 +201,10 @@ def dialogsim_run(url: str, concurrency: int, episodes: int, durability: str, th
     """Requests/s of a real run (start_run), the agent requests it made, how many were in flight on average
     and the CPU seconds per request."""
     from dialogsim.engine.log import read_events
-    from dialogsim.engine.registry import register_agent
+    from dialogsim.engine.registry import register
     from dialogsim.engine.session import RunConfig, start_run
 
-    register_agent("bench-http", _capturing_factory)
+    register("agent", "bench-http", _capturing_factory)
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "run"
         config = RunConfig(scenarios="builtin", user="scripted", agent=f"bench-http:{url}", episodes=episodes,

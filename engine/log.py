@@ -56,10 +56,6 @@ class RunDir:
         self.manifest = manifest
 
     @property
-    def events_dir(self) -> Path:
-        return self.path / "events"
-
-    @property
     def projections_dir(self) -> Path:
         return self.path / "projections"
 

@@ -101,6 +101,17 @@ def parse_spec(spec: str) -> tuple[str, str | None]:
     return name, (arg if sep else None)
 
 
+def parse_options(pairs: list[str], flag: str) -> dict[str, str]:
+    """``["k=v", ...]`` given as ``flag KEY=VALUE`` -> ``{"k": "v"}``; a UserError naming the flag for a bad pair."""
+    out: dict[str, str] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise UserError(f"{flag} {pair!r}: expected KEY=VALUE")
+        out[key] = value
+    return out
+
+
 def user_factory(spec: str, scenarios: Any, options: dict[str, Any] | None = None) -> Callable[[], Any]:
     """The per-episode user maker for ``spec``; a scenario set with ``check_user(spec)`` may refuse the user."""
     check = getattr(scenarios, "check_user", None)

@@ -9,7 +9,7 @@ distinct-utterance ratios, and the distances that the realism targets are stated
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from statistics import mean, median
 from typing import Any
 

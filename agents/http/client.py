@@ -69,8 +69,9 @@ def check_options(options: Mapping[str, Any], spec: str, extra: frozenset[str]) 
         raise UserError(f"unknown option {unknown[0]!r} for agent {spec} (known: {known})")
 
 
-def _number(options: Mapping[str, Any], key: str, default: float, *, integer: bool = False,
-            minimum: float = 0.0) -> Any:
+def number_option(options: Mapping[str, Any], key: str, default: float, *, integer: bool = False,
+                  minimum: float = 0.0) -> Any:
+    """Option ``key`` as a number >= ``minimum`` (``default`` when absent or empty); a UserError naming it if not."""
     raw = options.get(key)
     if raw is None or raw == "":
         return default
@@ -118,17 +119,17 @@ class HttpSettings:
         """Read the settings from an agent's options dict; a bad value is a UserError naming its key."""
         d = cls()
         return cls(
-            connect_timeout=_number(options, "connect_timeout", d.connect_timeout, minimum=0.001),
-            read_timeout=_number(options, "read_timeout", d.read_timeout, minimum=0.001),
-            total_timeout=_number(options, "total_timeout", d.total_timeout, minimum=0.001),
-            retries=_number(options, "retries", d.retries, integer=True),
-            concurrency=_number(options, "concurrency", d.concurrency, integer=True, minimum=1),
-            max_response_bytes=_number(options, "max_response_bytes", d.max_response_bytes, integer=True,
+            connect_timeout=number_option(options, "connect_timeout", d.connect_timeout, minimum=0.001),
+            read_timeout=number_option(options, "read_timeout", d.read_timeout, minimum=0.001),
+            total_timeout=number_option(options, "total_timeout", d.total_timeout, minimum=0.001),
+            retries=number_option(options, "retries", d.retries, integer=True),
+            concurrency=number_option(options, "concurrency", d.concurrency, integer=True, minimum=1),
+            max_response_bytes=number_option(options, "max_response_bytes", d.max_response_bytes, integer=True,
                                        minimum=1),
             verify_tls=_flag(options, "verify_tls", d.verify_tls),
-            backoff_base=_number(options, "backoff_base", d.backoff_base),
-            backoff_max=_number(options, "backoff_max", d.backoff_max),
-            retry_after_max=_number(options, "retry_after_max", d.retry_after_max),
+            backoff_base=number_option(options, "backoff_base", d.backoff_base),
+            backoff_max=number_option(options, "backoff_max", d.backoff_max),
+            retry_after_max=number_option(options, "retry_after_max", d.retry_after_max),
         )
 
 

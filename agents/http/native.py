@@ -4,14 +4,13 @@ The protocol is stateless: every request carries the episode id, the turn index,
 the conversation so far, the new user turn and the results of the agent's last tool calls; so a
 black-box agent can be resumed or forked at any turn. The message and payload Structs here are the
 protocol's definition: docs/schemas/*.schema.json are generated from them (``python -m
-dialogsim.agents.http_native docs/schemas``) and a test keeps the files in step.
+dialogsim.agents.http.native docs/schemas``) and a test keeps the files in step.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-import os
 import sys
 import time
 from pathlib import Path
@@ -20,11 +19,11 @@ from typing import Any, Literal, Union
 import msgspec
 
 from ...engine.contracts import AgentReply, EpisodeContext, FaultReport, Observation, ToolCall, ToolResult, ToolSpec
-from ...engine.errors import UserError
 from ...engine.events import (Act, AgentTurn, DialogueState, Event, Frame, SlotSpan, ToolCalled, ToolReturned, Usage,
                               UserTurn)
 from ...engine.memo import IdentityMemo
-from .client import HttpPool, HttpSettings, ProtocolError, _number, check_options
+from .client import ProtocolError
+from .factory import HttpAgentFactory
 
 PROTOCOL = "dialogsim/1"
 
@@ -184,8 +183,8 @@ def event_message(event: Event) -> Message | None:
     return None
 
 
-def _missing(user: UserTurn, tool_results: list[ToolResult], last_calls: list[ToolCall], users: set[int],
-             called: set[str], returned: set[str]) -> list[Message]:
+def missing_messages(user: UserTurn, tool_results: list[ToolResult], last_calls: list[ToolCall], users: set[int],
+                     called: set[str], returned: set[str]) -> list[Message]:
     """What the history lacks of the current step: the new user turn, the agent's calls and their results."""
     out: list[Message] = []
     if user.turn not in users:
@@ -216,7 +215,7 @@ def history_messages(history: list[Event], user: UserTurn, tool_results: list[To
     users = {m.turn for m in messages if isinstance(m, UserMessage)}
     called = {m.call_id for m in messages if isinstance(m, ToolCallMessage)}
     returned = {m.call_id for m in messages if isinstance(m, ToolResultMessage)}
-    return messages + _missing(user, tool_results, last_calls, users, called, returned)
+    return messages + missing_messages(user, tool_results, last_calls, users, called, returned)
 
 
 class Transcript:
@@ -277,7 +276,7 @@ class Transcript:
         user_raw = self.user_raw if user is self.user else encode(user_message(user))
         if not tool_results and user.turn in self.users:
             return self.raw, self.calls_since_user, user_raw  # the usual case: the history holds it all
-        extra = _missing(user, tool_results, last_calls, self.users, self.called, self.returned)
+        extra = missing_messages(user, tool_results, last_calls, self.users, self.called, self.returned)
         step = self.calls_since_user
         for m in extra:
             if isinstance(m, UserMessage):
@@ -329,32 +328,6 @@ class TurnMeter:
         self.input_tokens = self.output_tokens = 0
         self.seen = False
         return usage, cost
-
-
-def price_options(options: dict[str, Any]) -> tuple[float | None, float | None]:
-    """The price table from options: USD per 1000 input and output tokens (None when not given)."""
-    p_in = _number(options, "price_in_per_1k", -1.0)
-    p_out = _number(options, "price_out_per_1k", -1.0)
-    return (None if p_in < 0 else p_in), (None if p_out < 0 else p_out)
-
-
-def api_key(options: dict[str, Any]) -> str | None:
-    """The API key from the environment variable named by option ``api_key_env`` (never from options)."""
-    name = options.get("api_key_env")
-    if not name:
-        return None
-    value = os.environ.get(str(name))
-    if not value:
-        raise UserError(f"agent option api_key_env={name}: environment variable {name} is not set or empty")
-    return value
-
-
-def latency_mode(options: dict[str, Any]) -> bool:
-    """True when the agent turn's virtual latency is the measured wall time (option latency=measured)."""
-    mode = str(options.get("latency") or "model")
-    if mode not in ("model", "measured"):
-        raise UserError(f"bad agent option latency={mode!r}: expected 'model' or 'measured'")
-    return mode == "measured"
 
 
 # -- the agent -------------------------------------------------------------------------------------
@@ -441,39 +414,19 @@ class NativeHttpAgent:
                           latency=self._elapsed if self._f.measured_latency else None)
 
 
-class NativeAgentFactory:
-    """Made once per run by ``--agent http:URL``: shares one session and in-flight bound across episodes."""
+class NativeAgentFactory(HttpAgentFactory):
+    """``--agent http:URL``: a live agent speaking dialogsim/1 (the factory shape is ``HttpAgentFactory``'s)."""
 
-    def __init__(self, url: str, options: dict[str, Any]) -> None:
-        if not url or not url.startswith(("http://", "https://")):
-            raise UserError(f"bad agent spec 'http:{url}': expected http:http://HOST:PORT/PATH")
-        check_options(options, "http:", frozenset({"send_scenario"}))
-        self.url = url
-        self.settings = HttpSettings.from_options(options)
-        key = api_key(options)
-        self.prices = price_options(options)
-        self.measured_latency = latency_mode(options)
+    protocol = "http"
+    usage = "http:http://HOST:PORT/PATH"
+    own_options = frozenset({"send_scenario"})
+    extra_headers = {"User-Agent": "dialogsim/" + PROTOCOL.split("/")[1]}
+    agent = NativeHttpAgent
+
+    def read_options(self, options: dict[str, Any]) -> None:
+        """Option send_scenario (default true): whether requests carry the scenario's id, kind and data."""
         self.send_scenario = str(options.get("send_scenario", "true")).lower() not in ("0", "false", "no", "off")
-        self.headers = {"Content-Type": "application/json", "Accept": "application/json",
-                        "User-Agent": "dialogsim/" + PROTOCOL.split("/")[1]}
-        if key:
-            self.headers["Authorization"] = f"Bearer {key}"
-        self.pool = HttpPool(self.settings, secrets=(key,) if key else (), headers=self.headers)
         self.shared = IdentityMemo()  # encoded tools and scenarios, for the episodes that share them
-
-    def __call__(self) -> NativeHttpAgent:
-        """A fresh agent for one episode."""
-        return NativeHttpAgent(self)
-
-    async def aclose(self) -> None:
-        """Close the shared HTTP session at run end."""
-        await self.pool.aclose()
-
-
-def http_agent_factory(arg: str | None, scenarios: Any, options: dict[str, Any]) -> NativeAgentFactory:
-    """Registry factory for ``http:URL``."""
-    return NativeAgentFactory(arg or "", dict(options or {}))
-
 
 
 def _write_schemas(folder: str) -> None:

@@ -20,9 +20,10 @@ import msgspec
 from ...engine.contracts import AgentReply, EpisodeContext, FaultReport, Observation, ToolCall, ToolResult, ToolSpec
 from ...engine.errors import UserError
 from ...engine.events import Event, UserTurn
-from .client import HttpPool, HttpSettings, ProtocolError, _number, check_options
-from .native import (AgentMessage, Message, ToolCallMessage, ToolResultMessage, TurnMeter, UserMessage, _missing,
-                     api_key, event_message, latency_mode, price_options)
+from .client import ProtocolError, number_option
+from .factory import HttpAgentFactory
+from .native import (AgentMessage, Message, ToolCallMessage, ToolResultMessage, TurnMeter, UserMessage, event_message,
+                     missing_messages)
 
 _NAME_OK = re.compile(r"[^A-Za-z0-9_-]")
 _encode = msgspec.json.Encoder().encode
@@ -135,7 +136,7 @@ class ChatTranscript:
         self.count = len(history)
         self.last = history[-1] if history else None
         out = list(self.chat)
-        for m in _missing(user, tool_results, last_calls, self.users, self.called, self.returned):
+        for m in missing_messages(user, tool_results, last_calls, self.users, self.called, self.returned):
             _add_chat(out, m, shared=len(self.chat))
         return out
 
@@ -280,43 +281,24 @@ def chat_url(base: str) -> str:
     return base + sep + query
 
 
-class OpenAIAgentFactory:
-    """Made once per run by ``--agent openai:URL``: one session and in-flight bound for all episodes."""
+class OpenAIAgentFactory(HttpAgentFactory):
+    """``--agent openai:URL``: a model behind chat completions (the factory shape is ``HttpAgentFactory``'s)."""
 
-    def __init__(self, base: str, options: dict[str, Any]) -> None:
-        if not base or not base.startswith(("http://", "https://")):
-            raise UserError(f"bad agent spec 'openai:{base}': expected openai:http://HOST:PORT (the API base URL)")
-        check_options(options, "openai:", frozenset({"model", "temperature", "system_prompt"}))
+    protocol = "openai"
+    usage = "openai:http://HOST:PORT (the API base URL)"
+    own_options = frozenset({"model", "temperature", "system_prompt"})
+    agent = OpenAIChatAgent
+
+    def read_options(self, options: dict[str, Any]) -> None:
+        """Options model (required), temperature (left to the server when not given) and system_prompt."""
         self.model = str(options.get("model") or "")
         if not self.model:
             raise UserError("the openai agent needs a model: pass --agent-model NAME (agent option model=NAME)")
-        self.url = chat_url(base)
-        self.settings = HttpSettings.from_options(options)
-        key = api_key(options)
-        self.prices = price_options(options)
-        self.measured_latency = latency_mode(options)
-        self.temperature = _number(options, "temperature", -1.0)
-        self.temperature = None if self.temperature < 0 else self.temperature
+        temperature = number_option(options, "temperature", -1.0)
+        self.temperature = None if temperature < 0 else temperature
         self.system_prompt = options.get("system_prompt") or None
-        self.headers = {"Content-Type": "application/json", "Accept": "application/json"}
-        if key:
-            self.headers["Authorization"] = f"Bearer {key}"
-        self.pool = HttpPool(self.settings, secrets=(key,) if key else (), headers=self.headers)
 
-    def __call__(self) -> OpenAIChatAgent:
-        """A fresh agent for one episode."""
-        return OpenAIChatAgent(self)
-
-    async def aclose(self) -> None:
-        """Close the shared HTTP session at run end."""
-        await self.pool.aclose()
-
-    def __repr__(self) -> str:
-        # Never show the headers (they hold the key).
-        return f"OpenAIAgentFactory(url={self.url!r}, model={self.model!r})"
-
-
-def openai_agent_factory(arg: str | None, scenarios: Any, options: dict[str, Any]) -> OpenAIAgentFactory:
-    """Registry factory for ``openai:URL``."""
-    return OpenAIAgentFactory(arg or "", dict(options or {}))
+    def endpoint(self, url: str) -> str:
+        """The completions URL of the API base URL given."""
+        return chat_url(url)
 

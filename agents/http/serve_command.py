@@ -6,19 +6,8 @@ import argparse
 import asyncio
 import signal
 import sys
-from typing import Any
 
 from ...engine.errors import UserError
-
-
-def _options(pairs: list[str]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or not key:
-            raise UserError(f"--agent-opt {pair!r}: expected KEY=VALUE")
-        out[key] = value
-    return out
 
 
 def configure(p: argparse.ArgumentParser) -> None:
@@ -40,7 +29,7 @@ def configure(p: argparse.ArgumentParser) -> None:
 
 
 def handle(args: argparse.Namespace) -> int:
-    from ...engine.registry import agent_factory, load_scenarios, parse_spec
+    from ...engine.registry import agent_factory, load_scenarios, parse_options, parse_spec
     from .server import make_app, serve_forever
 
     if parse_spec(args.agent)[0] in ("http", "openai"):
@@ -50,7 +39,7 @@ def handle(args: argparse.Namespace) -> int:
     if args.max_body < 1024 or args.max_sessions < 1:
         raise UserError("--max-body must be >= 1024 and --max-sessions >= 1")
     scenarios = load_scenarios(args.scenarios)
-    make_agent = agent_factory(args.agent, scenarios, _options(args.agent_opt))
+    make_agent = agent_factory(args.agent, scenarios, parse_options(args.agent_opt, "--agent-opt"))
     app = make_app(make_agent, args.protocol, max_body=args.max_body, max_sessions=args.max_sessions)
 
     def announce(line: str) -> None:

@@ -23,7 +23,7 @@ from .mine import Miner
 from .pack import FORMAT, MANIFEST, VERSION, is_pack_dir
 from .pairs import order_dates, slot_pairs
 from .schema import ServiceSchema, load_schemas
-from .values import ANY_VALUES, _kind, generate, value_kind
+from .values import ANY_VALUES, generate, slot_kind, value_kind
 
 GENERATED_ROWS = 40
 POOL_SIZE = 16
@@ -191,7 +191,7 @@ def _entities(miner: Miner, services: dict[str, ServiceSchema]) -> tuple[dict[st
                 cols = sorted(set(intent.result_slots) | set(intent.required_slots))
                 table = []
                 echo = [s for s in list(intent.required_slots) + list(intent.optional_slots)
-                        if s in cols and _kind(svc.slots[s]) in ("date", "count")]
+                        if s in cols and slot_kind(svc.slots[s]) in ("date", "count")]
                 for _ in range(GENERATED_ROWS):
                     # most rows keep an optional slot's default, so that a search leaving it out finds some
                     row = tuple(intent.optional_slots[c] if c in intent.optional_slots and rng.random() < 0.6

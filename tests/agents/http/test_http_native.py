@@ -14,7 +14,7 @@ import pytest
 from aiohttp import web
 
 from dialogsim.agents.http.client import HttpSettings, backoff_delay, parse_retry_after
-from dialogsim.agents.http.native import (NativeResponse, ProtocolError, decode_response, http_agent_factory,
+from dialogsim.agents.http.native import (NativeAgentFactory, NativeResponse, ProtocolError, decode_response,
                                           protocol_schemas)
 from dialogsim.agents.http.server import make_app
 from dialogsim.agents.http.testing import EchoAgent, INJECTED, STATS, faulty_app, run_batch, serve_in_thread
@@ -43,7 +43,7 @@ def test_well_behaved_server_gives_the_same_log_as_the_agent_in_process():
     """The scripted agent served over dialogsim/1 yields exactly the in-process log (wall times aside)."""
     local = run_batch(ScriptedAgent, episodes=6)
     with serve_in_thread(make_app(ScriptedAgent, "native")) as url:
-        remote = run_batch(http_agent_factory(url, None, {}), episodes=6)
+        remote = run_batch(NativeAgentFactory(url, None, {}), episodes=6)
     assert any(isinstance(e, ToolCalled) for e in remote)
     assert set(remote.outcomes().values()) == {"success"}
     by_ep = lambda log: sorted(strip_wall(list(log)))  # noqa: E731 - episodes interleave differently
@@ -55,7 +55,7 @@ def test_every_injected_fault_is_logged_and_no_episode_is_lost():
     """Timeouts, 5xx, 429, malformed and oversized bodies, resets and drips: all recorded, all episodes end."""
     app = faulty_app(EchoAgent, "native", hang_seconds=1.5, drip_chunks=20, drip_delay=0.1)
     with serve_in_thread(app) as url:
-        log = run_batch(http_agent_factory(url, None, FAST), episodes=15, concurrency=8)
+        log = run_batch(NativeAgentFactory(url, None, FAST), episodes=15, concurrency=8)
     _ended_once(log, 15)
     assert set(log.outcomes().values()) == {"success"}
     injected = Counter(FAULT_KIND[f] for _, _, f in app[INJECTED])
@@ -70,7 +70,7 @@ def test_an_answer_that_keeps_trickling_is_not_cut_by_the_read_timeout():
     """Body chunks 0.1 s apart, read timeout 0.3 s, the whole answer 0.8 s: read to the end, no fault."""
     app = faulty_app(EchoAgent, "native", plan=lambda key, attempt: "drip", drip_chunks=8, drip_delay=0.1)
     with serve_in_thread(app) as url:
-        log = run_batch(http_agent_factory(url, None, {**FAST, "read_timeout": "0.3", "total_timeout": "5"}),
+        log = run_batch(NativeAgentFactory(url, None, {**FAST, "read_timeout": "0.3", "total_timeout": "5"}),
                         episodes=1)
     assert log.outcomes() == {"e000000": "success"} and not log.of_type("fault")
     assert len(app[INJECTED]) == app[STATS]["requests"] > 0
@@ -81,7 +81,7 @@ def test_an_agent_that_keeps_failing_ends_its_episode_with_error_and_the_batch_c
     """Retries exhausted: one fault per attempt, outcome error with a reason; other episodes succeed."""
     app = faulty_app(EchoAgent, "native", plan=lambda key, attempt: None, fail_always={"e000001"})
     with serve_in_thread(app) as url:
-        log = run_batch(http_agent_factory(url, None, {**FAST, "retries": "2"}), episodes=4)
+        log = run_batch(NativeAgentFactory(url, None, {**FAST, "retries": "2"}), episodes=4)
     _ended_once(log, 4)
     outcomes = log.outcomes()
     assert outcomes.pop("e000001") == "error" and set(outcomes.values()) == {"success"}
@@ -103,7 +103,7 @@ def test_a_client_error_status_is_not_retried():
     bad = web.Application()
     bad.router.add_post("/", refuse)
     with serve_in_thread(bad) as url:
-        log = run_batch(http_agent_factory(url, None, FAST), episodes=1)
+        log = run_batch(NativeAgentFactory(url, None, FAST), episodes=1)
     assert [(f.kind, f.attempt) for f in log.of_type("fault")] == [("http_status", 1)]
     assert log.outcomes() == {"e000000": "error"} and len(hits) == 1
 
@@ -113,7 +113,7 @@ def test_in_flight_requests_are_bounded_by_the_concurrency_option():
     """Eight episodes at once, agent concurrency 2: the server never sees more than two requests at once."""
     app = faulty_app(EchoAgent, "native", plan=lambda key, attempt: None, delay=0.02)
     with serve_in_thread(app) as url:
-        factory = http_agent_factory(url, None, {"concurrency": "2"})
+        factory = NativeAgentFactory(url, None, {"concurrency": "2"})
         log = run_batch(factory, episodes=8, concurrency=8)
     assert set(log.outcomes().values()) == {"success"}
     assert app[STATS]["max_inflight"] == 2
@@ -128,7 +128,7 @@ def test_calls_made_at_different_virtual_times_are_in_flight_together():
     (a driver that awaited each call in turn would keep one request in flight)."""
     app = faulty_app(EchoAgent, "native", plan=lambda key, attempt: None, delay=0.05)
     with serve_in_thread(app) as url:
-        factory = http_agent_factory(url, None, {"concurrency": "8"})
+        factory = NativeAgentFactory(url, None, {"concurrency": "8"})
         log = run_batch(factory, episodes=8, concurrency=8, think=Delay("uniform", 1.0, 4.0),
                         latency=Delay("uniform", 0.2, 0.8))
     assert set(log.outcomes().values()) == {"success"}
@@ -142,7 +142,7 @@ def test_simulate_without_aclose_still_closes_the_session():
     """engine.testing.simulate never calls aclose: the pool closes its session when asyncio.run ends,
     and the same factory works again in a second run."""
     with serve_in_thread(make_app(ScriptedAgent, "native")) as url:
-        factory = http_agent_factory(url, None, {})
+        factory = NativeAgentFactory(url, None, {})
         for _ in range(2):
             log = simulate(agent=factory, episodes=3)
             assert set(log.outcomes().values()) == {"success"}
@@ -168,7 +168,7 @@ def test_429_with_retry_after_is_retried_after_the_wait():
     app = faulty_app(EchoAgent, "native", plan=lambda key, attempt: "429" if attempt == 1 else None,
                      retry_after="0.05")
     with serve_in_thread(app) as url:
-        log = run_batch(http_agent_factory(url, None, FAST), episodes=1)
+        log = run_batch(NativeAgentFactory(url, None, FAST), episodes=1)
     assert log.outcomes() == {"e000000": "success"}
     assert {f.detail.split(" from")[0] for f in log.of_type("fault")} == {"HTTP 429"}
     assert len(log.of_type("fault")) == len(app[INJECTED]) == app[STATS]["requests"] / 2
@@ -232,17 +232,38 @@ def test_response_schema_demands_what_the_decoder_demands(doc, valid):
 def test_bad_options_and_specs_are_user_errors():
     """Bad option values and URLs name the option."""
     with pytest.raises(UserError, match="retries"):
-        http_agent_factory("http://127.0.0.1:1", None, {"retries": "-1"})
+        NativeAgentFactory("http://127.0.0.1:1", None, {"retries": "-1"})
     with pytest.raises(UserError, match="verify_tls"):
-        http_agent_factory("http://127.0.0.1:1", None, {"verify_tls": "maybe"})
+        NativeAgentFactory("http://127.0.0.1:1", None, {"verify_tls": "maybe"})
     with pytest.raises(UserError, match="http:"):
-        http_agent_factory("ftp://x", None, {})
+        NativeAgentFactory("ftp://x", None, {})
     with pytest.raises(UserError, match="unknown option 'read_timout'.*read_timeout"):
-        http_agent_factory("http://127.0.0.1:1", None, {"read_timout": "1"})
+        NativeAgentFactory("http://127.0.0.1:1", None, {"read_timout": "1"})
     with pytest.raises(UserError, match="unknown option 'model'"):
-        http_agent_factory("http://127.0.0.1:1", None, {"model": "gpt"})
+        NativeAgentFactory("http://127.0.0.1:1", None, {"model": "gpt"})
     with pytest.raises(UserError, match="NO_SUCH_VAR_FOR_TEST"):
-        http_agent_factory("http://127.0.0.1:1", None, {"api_key_env": "NO_SUCH_VAR_FOR_TEST"})
+        NativeAgentFactory("http://127.0.0.1:1", None, {"api_key_env": "NO_SUCH_VAR_FOR_TEST"})
+
+
+def test_both_protocols_share_one_factory_shape(monkeypatch):
+    """Each protocol's factory reads the common options alike, sends the key only in its headers, never shows it,
+    and makes a new agent of its own class per episode."""
+    from dialogsim.agents.http.factory import HttpAgentFactory
+    from dialogsim.agents.http.native import NativeHttpAgent
+    from dialogsim.agents.http.openai_chat import OpenAIAgentFactory, OpenAIChatAgent
+
+    monkeypatch.setenv("DIALOGSIM_SHAPE_KEY", "k-SECRET")
+    common = {"api_key_env": "DIALOGSIM_SHAPE_KEY", "retries": "5", "price_in_per_1k": "0.5", "latency": "measured"}
+    native = NativeAgentFactory("http://127.0.0.1:1/agent", None, common)
+    chat = OpenAIAgentFactory("http://127.0.0.1:1", None, {**common, "model": "m"})
+    for factory, agent_class in ((native, NativeHttpAgent), (chat, OpenAIChatAgent)):
+        assert isinstance(factory, HttpAgentFactory)
+        assert factory.settings.retries == 5 and factory.prices == (0.5, None) and factory.measured_latency
+        assert factory.headers["Authorization"] == "Bearer k-SECRET" and "SECRET" not in repr(factory)
+        first, second = factory(), factory()
+        assert type(first) is agent_class and first is not second
+    assert native.url == "http://127.0.0.1:1/agent" and native.headers["User-Agent"] == "dialogsim/1"
+    assert chat.url == "http://127.0.0.1:1/v1/chat/completions" and "User-Agent" not in chat.headers
 
 
 @pytest.mark.slow
@@ -261,7 +282,7 @@ def test_requests_carry_the_conversation_tools_and_results():
     app = web.Application()
     app.router.add_post("/agent", handle)
     with serve_in_thread(app) as url:
-        log = run_batch(http_agent_factory(url + "/agent", None, {}), episodes=1)
+        log = run_batch(NativeAgentFactory(url + "/agent", None, {}), episodes=1)
     assert log.outcomes() == {"e000000": "success"}
     first, second, third = seen[:3]
     assert first["protocol"] == "dialogsim/1" and first["episode_id"] == "e000000"
@@ -288,7 +309,7 @@ def test_the_wire_encoding_is_a_valid_native_request():
 
     sc = BuiltinScenarios()
     scenario, _ = sc.draw(1, 0)
-    agent = http_agent_factory("http://127.0.0.1:1", None, {})()
+    agent = NativeAgentFactory("http://127.0.0.1:1", None, {})()
     agent.start(EpisodeContext(episode_id="e7", scenario=scenario, tools=sc.tools(scenario),
                                rng=_random.Random(1), seed=5))
     said = UserTurn(run="r", ep="e7", seq=1, t=0.0, wall=0, turn=0, utterance="Hi.")
@@ -311,7 +332,7 @@ def test_the_assembled_body_is_byte_for_byte_msgspecs_encoding(send_scenario):
 
     sc = BuiltinScenarios()
     scenario, _ = sc.draw(1, 0)
-    agent = http_agent_factory("http://127.0.0.1:1", None, {"send_scenario": send_scenario})()
+    agent = NativeAgentFactory("http://127.0.0.1:1", None, {"send_scenario": send_scenario})()
     agent.start(EpisodeContext(episode_id='e"7\u00e9', scenario=scenario, tools=sc.tools(scenario), rng=None,
                                seed=None))
     said = UserTurn(run="r", ep="e7", seq=1, t=0.0, wall=0, turn=0, utterance="Hi \"there\".")
@@ -340,7 +361,7 @@ def test_episodes_of_one_factory_share_encodings_only_of_the_same_objects():
     from dialogsim.scenarios.builtin import BuiltinScenarios
 
     sc = BuiltinScenarios()
-    factory = http_agent_factory("http://127.0.0.1:1", None, {})
+    factory = NativeAgentFactory("http://127.0.0.1:1", None, {})
     first = sc.draw(0, 0)[0]
     copy = Scenario(id=first.id, kind=first.kind, data=msgspec.json.decode(msgspec.json.encode(first.data)))
     changed = Scenario(id=first.id, kind=first.kind, data={**first.data, "agent": []})
@@ -373,8 +394,8 @@ def test_tls_certificates_are_verified_by_default(tmp_path):
     context.load_cert_chain(cert, key)
     with serve_in_thread(make_app(EchoAgent, "native"), ssl_context=context) as url:
         assert url.startswith("https://")
-        strict = run_batch(http_agent_factory(url, None, FAST), episodes=1)
-        lax = run_batch(http_agent_factory(url, None, {**FAST, "verify_tls": "false"}), episodes=1)
+        strict = run_batch(NativeAgentFactory(url, None, FAST), episodes=1)
+        lax = run_batch(NativeAgentFactory(url, None, {**FAST, "verify_tls": "false"}), episodes=1)
     assert strict.outcomes() == {"e000000": "error"}
     assert [(f.kind, f.attempt) for f in strict.of_type("fault")] == [("exception", 1)]
     assert "TLS error" in strict.of_type("fault")[0].detail
@@ -417,12 +438,12 @@ def test_measured_latency_replaces_the_latency_model_only_when_asked():
     delay); by default the engine's seeded model decides (here fixed at 0)."""
     app = faulty_app(EchoAgent, "native", plan=lambda key, attempt: None, delay=0.02)
     with serve_in_thread(app) as url:
-        measured = run_batch(http_agent_factory(url, None, {"latency": "measured"}), episodes=1)
-        modelled = run_batch(http_agent_factory(url, None, {}), episodes=1)
+        measured = run_batch(NativeAgentFactory(url, None, {"latency": "measured"}), episodes=1)
+        modelled = run_batch(NativeAgentFactory(url, None, {}), episodes=1)
     assert all(t.latency >= 0.02 for t in measured.of_type("agent_turn"))
     assert {t.latency for t in modelled.of_type("agent_turn")} == {0.0}
     with pytest.raises(UserError, match="latency"):
-        http_agent_factory(url, None, {"latency": "guess"})
+        NativeAgentFactory(url, None, {"latency": "guess"})
 
 
 @pytest.mark.slow
@@ -443,7 +464,7 @@ def test_requests_never_carry_the_users_goal_or_true_state():
     app = web.Application()
     app.router.add_post("/agent", handle)
     with serve_in_thread(app) as url:
-        run_batch(http_agent_factory(url + "/agent", None, {}), episodes=2, scenarios=scenarios,
+        run_batch(NativeAgentFactory(url + "/agent", None, {}), episodes=2, scenarios=scenarios,
                   user=agenda(None, scenarios, {}))
     assert seen and all(set(b["scenario"]["data"]) == {"pack", "schemas"} for b in seen)
     users = [m for b in seen for m in b["messages"] if m["role"] == "user"] + [b["user"] for b in seen]

@@ -8,7 +8,7 @@ import pytest
 import structlog
 from aiohttp import web
 
-from dialogsim.agents.http.openai_chat import chat_url, function_name, function_tools, openai_agent_factory
+from dialogsim.agents.http.openai_chat import OpenAIAgentFactory, chat_url, function_name, function_tools
 from dialogsim.agents.http.server import make_app
 from dialogsim.agents.http.testing import EchoAgent, INJECTED, STATS, faulty_app, run_batch, serve_in_thread
 from dialogsim.engine.codec import encode
@@ -53,7 +53,7 @@ def test_the_tool_loop_usage_cost_and_key_reach_the_log_but_the_key_does_not(mon
     options = {"model": "tiny", "api_key_env": "DIALOGSIM_TEST_KEY", "price_in_per_1k": "0.5",
                "price_out_per_1k": "2"}
     with structlog.testing.capture_logs() as logs, serve_in_thread(_fake_llm(seen)) as url:
-        factory = openai_agent_factory(url, None, options)
+        factory = OpenAIAgentFactory(url, None, options)
         log = run_batch(factory, episodes=1)
     assert log.outcomes() == {"e000000": "success"}
     assert {s["auth"] for s in seen} == {f"Bearer {SECRET}"}
@@ -82,7 +82,7 @@ def test_faults_are_retried_and_recorded_and_the_key_never_appears_in_them(monke
     app = faulty_app(EchoAgent, "openai", hang_seconds=1.0, drip_chunks=10, drip_delay=0.1)
     with structlog.testing.capture_logs() as logs, serve_in_thread(app) as url:
         # A credential in the URL's query must not reach fault details either.
-        log = run_batch(openai_agent_factory(url + "/v1?key=" + SECRET, None,
+        log = run_batch(OpenAIAgentFactory(url + "/v1?key=" + SECRET, None,
                                              {**FAST, "model": "m", "api_key_env": "DIALOGSIM_TEST_KEY",
                                               "max_response_bytes": "65536"}), episodes=9, concurrency=9)
     assert set(log.outcomes().values()) == {"success"} and len(log.outcomes()) == 9
@@ -97,7 +97,7 @@ def test_faults_are_retried_and_recorded_and_the_key_never_appears_in_them(monke
 def test_echo_agent_served_over_openai_protocol():
     """Our own server in OpenAI mode drives the tool loop the same way a model endpoint would."""
     with serve_in_thread(make_app(EchoAgent, "openai")) as url:
-        log = run_batch(openai_agent_factory(url, None, {"model": "echo"}), episodes=3)
+        log = run_batch(OpenAIAgentFactory(url, None, {"model": "echo"}), episodes=3)
     assert set(log.outcomes().values()) == {"success"}
     assert len(log.of_type("tool_called")) == 3 == len(log.of_type("tool_returned"))
     assert log.transcript("e000001")[1][1] == "#1 found 2 results, 0 errors"
@@ -122,7 +122,7 @@ def test_malformed_tool_arguments_are_a_protocol_fault_then_retried():
     app = web.Application()
     app.router.add_post("/v1/chat/completions", handle)
     with serve_in_thread(app) as url:
-        log = run_batch(openai_agent_factory(url, None, {**FAST, "model": "m"}), episodes=1)
+        log = run_batch(OpenAIAgentFactory(url, None, {**FAST, "model": "m"}), episodes=1)
     assert [(f.kind, f.attempt) for f in log.of_type("fault")] == [("protocol", 1)]
     assert log.of_type("agent_turn")[0].utterance == "Bye." and log.outcomes() == {"e000000": "success"}
 
@@ -149,7 +149,7 @@ def test_urls_and_required_options():
     assert chat_url("http://h:1/v1/chat/completions") == "http://h:1/v1/chat/completions"
     assert chat_url("http://h:1/v1?k=1") == "http://h:1/v1/chat/completions?k=1"
     with pytest.raises(UserError, match="--agent-model"):
-        openai_agent_factory("http://127.0.0.1:1", None, {})
+        OpenAIAgentFactory("http://127.0.0.1:1", None, {})
 
 
 def test_the_incremental_chat_transcript_equals_the_chat_built_from_scratch():

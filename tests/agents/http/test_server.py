@@ -13,8 +13,8 @@ import urllib.request
 
 import pytest
 
-from dialogsim.agents.http.native import (AgentMessage, ToolCallMessage, ToolResultMessage, UserMessage,
-                                          http_agent_factory)
+from dialogsim.agents.http.native import (AgentMessage, NativeAgentFactory, ToolCallMessage, ToolResultMessage,
+                                          UserMessage)
 from dialogsim.agents.http.server import AgentHost, HOST, make_app
 from dialogsim.agents.http.testing import EchoAgent, run_batch, serve_in_thread
 from dialogsim.agents.scripted import ScriptedAgent
@@ -44,7 +44,7 @@ def test_replay_on_a_cache_miss_gives_the_same_answers_as_the_cache(agent):
     for size in (1, 1024):
         app = make_app(agent, "native", max_sessions=size)
         with serve_in_thread(app) as url:
-            logs.append(run_batch(http_agent_factory(url, None, {}), episodes=9, concurrency=9))
+            logs.append(run_batch(NativeAgentFactory(url, None, {}), episodes=9, concurrency=9))
         stats.append(dict(app[HOST].stats))
     assert stats[0]["replays"] > 0 and stats[1]["replays"] == 0 and stats[1]["hits"] > 0
     assert sorted(strip_wall(list(logs[0]))) == sorted(strip_wall(list(logs[1]))) == sorted(strip_wall(list(local)))
@@ -120,7 +120,7 @@ def test_serve_agent_command_prints_its_port_serves_and_stops():
         url = line.split()[-1]
         with urllib.request.urlopen(url + "/healthz", timeout=10) as resp:
             assert json.loads(resp.read()) == {"ok": True, "protocol": "dialogsim/1"}
-        log = run_batch(http_agent_factory(url, None, {}), episodes=3)
+        log = run_batch(NativeAgentFactory(url, None, {}), episodes=3)
         assert set(log.outcomes().values()) == {"success"} and log.of_type("tool_called")
     finally:
         proc.send_signal(signal.SIGTERM)
@@ -151,7 +151,7 @@ def test_the_schema_agent_served_over_http_matches_the_in_process_agent(max_sess
     local = run_batch(schema, episodes=8, scenarios=scenarios, user=user, concurrency=8)
     app = make_app(schema, "native", max_sessions=max_sessions)
     with serve_in_thread(app) as url:
-        remote = run_batch(http_agent_factory(url, None, {}), episodes=8, scenarios=scenarios, user=user,
+        remote = run_batch(NativeAgentFactory(url, None, {}), episodes=8, scenarios=scenarios, user=user,
                            concurrency=8)
     assert (app[HOST].stats["replays"] > 0) == (max_sessions == 2)
     assert sorted(strip_wall(list(remote))) == sorted(strip_wall(list(local)))

@@ -10,7 +10,7 @@ import pytest
 from dialogsim.engine.errors import UserError
 from dialogsim.scenarios.sgd.goals import sample_goal
 from dialogsim.scenarios.sgd.pairs import slot_pairs
-from dialogsim.scenarios.sgd.values import _kind, plausible
+from dialogsim.scenarios.sgd.values import plausible, slot_kind
 from dialogsim.scenarios.sgd.world import SgdWorld
 
 KEYS = {"service", "intent", "constraints", "optional", "requested", "relax", "feasible", "from_previous", "entity"}
@@ -224,7 +224,7 @@ def test_carried_over_values_keep_their_kind(pack):
             svc = pack.service(sg["service"])
             for slot, value in linked.items():
                 carried += 1
-                kind = _kind(svc.slots[slot])
+                kind = slot_kind(svc.slots[slot])
                 if kind == "city" and "city" in slot:
                     words = set(value.lower().split())
                     assert not value[:1].isdigit() and not words & {"station", "airport", "terminal"}, (slot, value)
