@@ -452,6 +452,7 @@ class NativeAgentFactory:
         check_options(options, "http:", frozenset({"send_scenario"}))
         self.url = url
         self.settings = HttpSettings.from_options(options)
+        self.concurrency = self.settings.concurrency  # requests in flight at most: the run keeps them busy
         key = api_key(options)
         self.prices = price_options(options)
         self.measured_latency = latency_mode(options)

@@ -294,6 +294,7 @@ class OpenAIAgentFactory:
             raise UserError("the openai agent needs a model: pass --agent-model NAME (agent option model=NAME)")
         self.url = chat_url(base)
         self.settings = HttpSettings.from_options(options)
+        self.concurrency = self.settings.concurrency  # requests in flight at most: the run keeps them busy
         key = api_key(options)
         self.prices = price_options(options)
         self.measured_latency = latency_mode(options)

@@ -2,7 +2,9 @@
 
 Built-in parts register themselves from the modules in BUILTIN_MODULES; a factory is called once per
 run as ``factory(arg, scenarios, options)`` and returns a callable that makes a fresh user or agent
-for each episode (it may also have an async ``aclose()``, awaited when the run ends).
+for each episode (it may also have an async ``aclose()``, awaited when the run ends). An agent factory
+whose agents call a live service says how many calls it keeps in flight at most as ``concurrency``:
+a run then keeps that many busy by default (``session.default_concurrency``).
 """
 
 from __future__ import annotations
