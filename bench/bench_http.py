@@ -1,28 +1,31 @@
 """HTTP agent overhead: dialogsim's requests/s through the real engine against a raw aiohttp client loop.
 
-Starts one trivial local agent server in its own process (it answers every dialogsim/1 request with
-the same small JSON), then, for each concurrency (16 and 64 by default), measures in this process:
+Starts one local agent server in its own process (it answers every dialogsim/1 request with the same
+small JSON, after ``--delay`` ms: 0 by default, the trivial server), then, for each concurrency C (16
+and 64 by default), measures in this process:
 
 - dialogsim: ``start_run`` (the code behind ``dialogsim run``) with built-in scenarios, the scripted user
   and ``--agent http:URL`` (registered under a bench name that keeps the factory, for its pool's figures)
-  at ``--concurrency C --agent-concurrency C``, think time and latency 0 so that all C episodes can have a
-  call in flight at once, events written to a real run directory;
+  at ``--agent-concurrency C`` and the default episodes in flight (4 per agent slot; ``--in-flight N``
+  sets ``--concurrency N``), think time and latency 0, events written to a real run directory; with a
+  delay, also with the default think and latency models;
 - raw: C asyncio tasks posting a native request of the same shape through one aiohttp session, each one
   encoded with msgspec and its answer decoded into the protocol's response Struct (the client's essential work).
 
-Prints requests/s of each and their ratio (target >= 0.8): medians over ``--rounds`` paired rounds, plus
-the agent layer alone (``NativeHttpAgent.respond`` in a loop, no engine). ``--with-think`` adds runs against
-a 20 ms endpoint with think time 0 and with the default think/latency models. Every figure comes with the
-requests in flight on average (wire time over wall span, from the agent's pool): the concurrency actually
-achieved, so a driver that serialises live calls shows ~1 there whatever ``--concurrency`` says; and the
-client's CPU time per request (getrusage of this process), which other load on the machine hardly moves.
-``--single run|raw`` makes one measurement of one side and nothing else, to count it under valgrind
-(the server is a child process, which valgrind leaves alone): the difference between two ``--requests``
-counts is the per-request cost without start-up, e.g.
+Prints requests/s of each and their ratio (targets: none against the trivial server, where the ratio is
+tracked; >= 0.95 with think time 0 and >= 0.9 with the default models against a 20 ms server at C = 64):
+medians over ``--rounds`` paired rounds, plus the agent layer alone (``NativeHttpAgent.respond`` in a
+loop, no engine). Every figure comes with the requests in flight on average (wire time over wall span,
+from the agent's pool): the concurrency actually achieved, so a driver that serialises live calls shows ~1
+there whatever C is; and the client's CPU time per request (getrusage of this process), which other load
+on the machine hardly moves. ``--single run|raw`` makes one measurement of one side and nothing else, to
+count it under valgrind (the server is a child process, which valgrind leaves alone): the difference
+between two ``--requests`` counts is the per-request cost without start-up, e.g.
 
     valgrind --tool=cachegrind --cache-sim=yes --LL=1048576,8,64 python bench/bench_http.py --single run --requests 3000
 
-    python bench/bench_http.py [--requests 10000] [--concurrency 16 64] [--rounds 3] [--with-think] [--single run|raw]
+    python bench/bench_http.py [--requests 10000] [--concurrency 16 64] [--rounds 3] [--delay MS] [--in-flight N]
+                               [--single run|raw]
 """
 
 from __future__ import annotations
@@ -41,25 +44,21 @@ from pathlib import Path
 import msgspec
 
 ANSWER = b'{"protocol": "dialogsim/1", "utterance": "Sure, done.", "end": false}'
-SLOW = 0.02  # seconds the /slow endpoint waits before answering
 
 
-def serve(port: int) -> None:
-    """The trivial agent: read the body, answer a constant (run in the server subprocess)."""
+def serve(port: int, delay: float) -> None:
+    """The trivial agent: read the body, wait ``delay`` seconds, answer a constant (run in the server subprocess)."""
     from aiohttp import web
 
     async def handle(request: web.Request) -> web.Response:
         await request.read()
+        if delay:
+            await asyncio.sleep(delay)  # a model-like endpoint: most of the time is spent waiting
         return web.Response(body=ANSWER, content_type="application/json")
-
-    async def slow(request: web.Request) -> web.Response:
-        await asyncio.sleep(SLOW)  # a model-like endpoint: most of the time is spent waiting
-        return await handle(request)
 
     async def main() -> None:
         app = web.Application()
         app.router.add_post("/", handle)
-        app.router.add_post("/slow", slow)
         runner = web.AppRunner(app, access_log=None)
         await runner.setup()
         site = web.TCPSite(runner, "127.0.0.1", port)
@@ -70,9 +69,9 @@ def serve(port: int) -> None:
     asyncio.run(main())
 
 
-def start_server(kind: str) -> tuple[subprocess.Popen, str]:
+def start_server(kind: str, delay: float) -> tuple[subprocess.Popen, str]:
     if kind == "trivial":
-        cmd = [sys.executable, __file__, "--serve"]
+        cmd = [sys.executable, __file__, "--serve", "--delay", str(delay)]
     else:
         cmd = [sys.executable, "-m", "dialogsim.engine.cli", "serve-agent", "--agent", "scripted", "--port", "0"]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
@@ -196,20 +195,22 @@ def _capturing_factory(arg: str | None, scenarios: object, options: dict) -> obj
     return factory
 
 
-def dialogsim_run(url: str, concurrency: int, episodes: int, durability: str, think: str = "0",
-                  latency: str = "0") -> tuple[float, int, float, float]:
-    """Requests/s of a real run (start_run), the agent requests it made, how many were in flight on average
-    and the CPU seconds per request."""
+def dialogsim_run(url: str, concurrency: int, episodes: int, durability: str, in_flight: int | None,
+                  timed: bool = False) -> tuple[float, int, float, float]:
+    """Requests/s of a real run (start_run) with ``concurrency`` agent request slots and ``in_flight``
+    episodes at once (None: the run's default), think time and latency 0 or (``timed``) the default
+    models: the agent requests it made, how many were in flight on average and the CPU seconds per request."""
     from dialogsim.engine.log import read_events
     from dialogsim.engine.registry import register
     from dialogsim.engine.session import RunConfig, start_run
 
     register("agent", "bench-http", _capturing_factory)
+    times = {} if timed else {"think": "0", "latency": "0"}
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "run"
         config = RunConfig(scenarios="builtin", user="scripted", agent=f"bench-http:{url}", episodes=episodes,
-                           concurrency=concurrency, think=think, latency=latency, durability=durability,
-                           agent_options={"concurrency": concurrency})
+                           concurrency=in_flight, durability=durability, agent_options={"concurrency": concurrency},
+                           **times)
         cpu, start = cpu_seconds(), time.perf_counter()
         result = start_run(out, config, progress=False)
         elapsed, cpu = time.perf_counter() - start, cpu_seconds() - cpu
@@ -222,22 +223,28 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--requests", type=int, default=10000, help="agent requests per measurement")
-    parser.add_argument("--concurrency", type=int, nargs="+", default=[16, 64])
+    parser.add_argument("--concurrency", type=int, nargs="+", default=[16, 64],
+                        help="agent request slots (raw: tasks); each value is measured in turn")
+    parser.add_argument("--in-flight", type=int,
+                        help="episodes in flight in dialogsim's runs (default: the run's default for a live agent)")
+    parser.add_argument("--delay", type=float, default=0.0, metavar="MS",
+                        help="the server waits this long before each answer (default 0: the trivial server); "
+                             "above 0, each round also runs dialogsim with the default think and latency models")
     parser.add_argument("--server", choices=["trivial", "serve-agent"], default="trivial")
     parser.add_argument("--durability", default="batch", choices=["none", "batch", "episode"])
     parser.add_argument("--rounds", type=int, default=3, help="paired measurement rounds per concurrency")
-    parser.add_argument("--with-think", action="store_true",
-                        help="also measure against a 20 ms endpoint with think time 0 and with the default models")
     parser.add_argument("--single", choices=["run", "raw"],
                         help="one measurement of one side at the first concurrency, no warm-up (for valgrind)")
     args = parser.parse_args()
     if args.serve:
-        serve(0)
+        serve(0, args.delay / 1000)
         return
+    if args.delay and args.server != "trivial":
+        parser.error("--delay is the trivial server's")
     from dialogsim.engine.oplog import configure_logging
 
     configure_logging("console", "warning")
-    proc, url = start_server(args.server)
+    proc, url = start_server(args.server, args.delay)
     try:
         request = sample_request()
         per_episode = 10 / 3  # built-in scenarios: 2, 5 and 3 agent turns
@@ -245,53 +252,50 @@ def main() -> None:
         if args.single:
             c = args.concurrency[0]
             if args.single == "run":
-                rate, n, _, _ = dialogsim_run(url, c, episodes, args.durability)
+                rate, n, _, _ = dialogsim_run(url, c, episodes, args.durability, args.in_flight)
             else:
                 n = args.requests
                 rate, _ = asyncio.run(raw_loop(url, c, n, request))
             print(f"{args.single}: {n} requests at concurrency {c}, {rate:.0f} req/s")
             return
         asyncio.run(raw_loop(url, 8, 500, request))  # warm-up: connections, server code paths
-        dialogsim_run(url, 8, 150, args.durability)
-        print(f"server: {args.server} ({url}), {os.cpu_count()} CPUs, body {len(msgspec.json.encode(request))} bytes, "
-              f"durability {args.durability}, {args.rounds} paired rounds of {episodes} episodes")
+        dialogsim_run(url, 8, 150, args.durability, 8)
+        print(f"server: {args.server} ({url}, answers after {args.delay:g} ms), {os.cpu_count()} CPUs, load "
+              f"{os.getloadavg()[0]:.2f}, body {len(msgspec.json.encode(request))} bytes, durability "
+              f"{args.durability}, {args.rounds} paired rounds of {episodes} episodes, episodes in flight "
+              f"{args.in_flight or 'by default'}")
+        sides = {"run": "dialogsim run", "timed": "dialogsim run, default think/latency", "raw": "raw aiohttp",
+                 "layer": "agent layer alone"}
+        if not args.delay:
+            del sides["timed"]
         for c in args.concurrency:
-            # Paired rounds, each measuring all three back to back: on a shared machine the load drifts, and
+            # Paired rounds, each measuring every side back to back: on a shared machine the load drifts, and
             # the median of per-round ratios is far steadier than a ratio of two separate bests.
-            rates: dict[str, list[float]] = {"run": [], "raw": [], "layer": []}
-            flight: dict[str, list[float]] = {"run": [], "raw": [], "layer": []}
-            cpu: dict[str, list[float]] = {"run": [], "raw": [], "layer": []}
-            ratios, layer_ratios, n = [], [], 0
+            rates: dict[str, list[float]] = {k: [] for k in sides}
+            flight: dict[str, list[float]] = {k: [] for k in sides}
+            cpu: dict[str, list[float]] = {k: [] for k in sides}
+            n = 0
             for _ in range(args.rounds):
-                rate, n, f_run, c_run = dialogsim_run(url, c, episodes, args.durability)
+                rate, n, f, u = dialogsim_run(url, c, episodes, args.durability, args.in_flight)
+                rates["run"].append(rate), flight["run"].append(f), cpu["run"].append(u)
+                if "timed" in sides:
+                    rate, _, f, u = dialogsim_run(url, c, episodes, args.durability, args.in_flight, timed=True)
+                    rates["timed"].append(rate), flight["timed"].append(f), cpu["timed"].append(u)
                 t0 = cpu_seconds()
-                base, f_raw = asyncio.run(raw_loop(url, c, n, request))
+                rate, f = asyncio.run(raw_loop(url, c, n, request))
                 t1 = cpu_seconds()
-                alone, f_layer = asyncio.run(agent_loop(url, c, n))
-                t2 = cpu_seconds()
-                for key, r, f, u in (("run", rate, f_run, c_run), ("raw", base, f_raw, (t1 - t0) / n),
-                                     ("layer", alone, f_layer, (t2 - t1) / n)):
-                    rates[key].append(r), flight[key].append(f), cpu[key].append(u)
-                ratios.append(rate / base), layer_ratios.append(alone / base)
-            med = {k: (statistics.median(rates[k]), statistics.median(flight[k]), 1e6 * statistics.median(cpu[k]))
-                   for k in rates}
-            print(f"concurrency {c:3d}: dialogsim run {med['run'][0]:7.0f} req/s | raw aiohttp {med['raw'][0]:7.0f} "
-                  f"req/s | ratio {statistics.median(ratios):.2f} (rounds {min(ratios):.2f}..{max(ratios):.2f}; "
-                  f"target >= 0.8) | agent layer alone {med['layer'][0]:7.0f} req/s, ratio "
-                  f"{statistics.median(layer_ratios):.2f} | {n} requests per round")
-            print(f"                 in flight on average (of {c}) / client CPU per request: dialogsim run "
-                  f"{med['run'][1]:5.1f} / {med['run'][2]:4.0f} us | raw aiohttp {med['raw'][1]:5.1f} / "
-                  f"{med['raw'][2]:4.0f} us | agent layer alone {med['layer'][1]:5.1f} / {med['layer'][2]:4.0f} us")
-        if args.with_think and args.server == "trivial":
-            c = args.concurrency[0]
-            few = max(1, episodes // 10)
-            slow = url.rstrip("/") + "/slow"
-            flat, n, f_flat, _ = dialogsim_run(slow, c, few, args.durability)
-            spread, _, f_spread, _ = dialogsim_run(slow, c, few, args.durability, "uniform:1,4", "uniform:0.2,0.8")
-            raw_slow, f_raw = asyncio.run(raw_loop(slow, c, n, request))
-            print(f"endpoint answering in {SLOW * 1000:.0f} ms, concurrency {c}, {n} requests (req/s, in flight on "
-                  f"average): raw aiohttp {raw_slow:6.0f}, {f_raw:4.1f} | dialogsim think 0 {flat:6.0f}, "
-                  f"{f_flat:4.1f} | dialogsim think uniform:1,4 latency uniform:0.2,0.8 {spread:6.0f}, {f_spread:4.1f}")
+                rates["raw"].append(rate), flight["raw"].append(f), cpu["raw"].append((t1 - t0) / n)
+                rate, f = asyncio.run(agent_loop(url, c, n))
+                rates["layer"].append(rate), flight["layer"].append(f), cpu["layer"].append((cpu_seconds() - t1) / n)
+            print(f"concurrency {c}, {n} requests per round, raw aiohttp {statistics.median(rates['raw']):.0f} req/s; "
+                  f"ratio to raw: median of the rounds' (their range); requests in flight on average (of {c}); "
+                  f"client CPU per request:")
+            for key, name in sides.items():
+                ratios = [r / b for r, b in zip(rates[key], rates["raw"])]
+                ratio = "" if key == "raw" else \
+                    f" ratio {statistics.median(ratios):.2f} ({min(ratios):.2f}..{max(ratios):.2f})"
+                print(f"  {name:38s} {statistics.median(rates[key]):7.0f} req/s{ratio:22s} | in flight "
+                      f"{statistics.median(flight[key]):5.1f} | {1e6 * statistics.median(cpu[key]):4.0f} us")
     finally:
         proc.terminate()
         proc.wait(timeout=10)

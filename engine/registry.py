@@ -8,7 +8,9 @@ What a target is, by kind:
 
 - ``user`` and ``agent``: a factory, called once per run as ``factory(arg, scenarios, options)``, that
   returns a callable making a fresh user or agent for each episode (it may also have an async
-  ``aclose()``, awaited when the run ends); ``--user name[:arg]``, ``--agent name[:arg]``.
+  ``aclose()``, awaited when the run ends); ``--user name[:arg]``, ``--agent name[:arg]``. An agent
+  factory whose agents call a live service says how many calls it keeps in flight at most as
+  ``concurrency``: a run then keeps that many busy by default (``session.default_concurrency``).
 - ``scenarios``: a loader, ``loader(arg) -> ScenarioSet``; ``--scenarios name[:arg]``.
 - ``projection``: a factory, ``factory(options) -> Projection``; ``dialogsim project RUN --to name``.
 - ``command``: a module with ``configure(parser)``, which adds its arguments and sets ``handler``; a name of

@@ -44,7 +44,7 @@ class RunConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     agent: str = ""
     episodes: int = 100
     seed: int = 0
-    concurrency: int = 32
+    concurrency: int | None = None  # episodes in flight; None: default_concurrency's, recorded as chosen
     max_turns: int = 50
     think: str = "uniform:1,4"
     latency: str = "uniform:0.2,0.8"
@@ -63,11 +63,30 @@ class RunResult(msgspec.Struct, kw_only=True):
     ran: int
 
 
+DEFAULT_CONCURRENCY = 32  # episodes in flight when the agent runs in-process
+EPISODES_PER_AGENT_SLOT = 4  # episodes in flight per request slot of a live agent
+
+
+def default_concurrency(make_agent: Any) -> int:
+    """Episodes in flight when ``--concurrency`` is not given: 32, or four per request slot of a live agent.
+
+    A live agent's factory says how many requests it keeps in flight (``concurrency``). An episode in
+    virtual think time cannot send, since virtual time never passes a call in flight: with one episode
+    per slot and the default think and latency models about 40% of the slots sit idle; four per slot
+    keep them busy (``bench/bench_http.py --delay 20``).
+    """
+    slots = getattr(make_agent, "concurrency", None)
+    return DEFAULT_CONCURRENCY if slots is None else EPISODES_PER_AGENT_SLOT * slots
+
+
 def validate(config: RunConfig) -> RunSettings:
-    """Check a config and turn it into engine settings; every problem is one UserError line."""
+    """Check a config and turn it into engine settings; every problem is one UserError line.
+
+    A config without a concurrency yet (a new run's, before its agent is made) gets the in-process default.
+    """
     if config.episodes < 0:
         raise UserError(f"--episodes must be >= 0, got {config.episodes}")
-    if config.concurrency < 1:
+    if config.concurrency is not None and config.concurrency < 1:
         raise UserError(f"--concurrency must be >= 1, got {config.concurrency}")
     if config.max_turns < 2:
         raise UserError(f"--max-turns must be >= 2, got {config.max_turns}")
@@ -76,7 +95,8 @@ def validate(config: RunConfig) -> RunSettings:
     if config.durability not in DURABILITY_CHOICES:
         raise UserError(f"--durability must be one of {', '.join(DURABILITY_CHOICES)}, got {config.durability!r}")
     _refuse_secrets(config)
-    return RunSettings(seed=config.seed, episodes=config.episodes, concurrency=config.concurrency,
+    return RunSettings(seed=config.seed, episodes=config.episodes,
+                       concurrency=config.concurrency or DEFAULT_CONCURRENCY,
                        max_turns=config.max_turns, think=parse_delay(config.think, "--think"),
                        latency=parse_delay(config.latency, "--latency"), arrivals=parse_arrivals(config.arrivals))
 
@@ -128,6 +148,9 @@ def start_run(out: str | Path, config: RunConfig, *, progress: bool = True) -> R
                                      agent=config.agent or getattr(scenarios, "default_agent", "scripted"))
     make_user = registry.user_factory(config.user, scenarios, config.user_options)
     make_agent = registry.agent_factory(config.agent, scenarios, config.agent_options)
+    if config.concurrency is None:  # chosen now and recorded, so that --resume runs as many at once
+        config = msgspec.structs.replace(config, concurrency=default_concurrency(make_agent))
+        settings.concurrency = config.concurrency
     run = RunDir.create(out, run_id=run_id_for(config), config=msgspec.to_builtins(config), seed=config.seed)
     jobs = [Job(i) for i in range(config.episodes)]
     return _execute(run, config, settings, scenarios, make_user, make_agent, jobs, Counter(), 0, progress)

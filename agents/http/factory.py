@@ -63,6 +63,7 @@ class HttpAgentFactory:
         self.read_options(options)
         self.url = self.endpoint(url)
         self.settings = HttpSettings.from_options(options)
+        self.concurrency = self.settings.concurrency  # requests in flight at most: the run keeps them busy
         key = api_key(options)
         self.prices = price_options(options)
         self.measured_latency = latency_mode(options)

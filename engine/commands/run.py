@@ -42,7 +42,8 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--agent", help="agent spec, e.g. schema, http:URL, openai:URL (default: the scenario set's)")
     p.add_argument("--episodes", type=int, help="number of episodes (default 100)")
     p.add_argument("--seed", type=_seed, help="master seed (default 0)")
-    p.add_argument("--concurrency", type=int, help="episodes in flight at once (default 32)")
+    p.add_argument("--concurrency", type=int, help="episodes in flight at once (default 32; with a live agent 4 per "
+                                                       "--agent-concurrency slot, 64 at its default 16)")
     p.add_argument("--max-turns", type=int, help="turn limit per episode, counting both sides (default 50)")
     p.add_argument("--think", help="user think time model in virtual seconds (default uniform:1,4)")
     p.add_argument("--latency", help="agent latency model in virtual seconds (default uniform:0.2,0.8)")

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import pytest
-
 import os
 import random
 import signal
@@ -14,12 +12,14 @@ from collections import Counter
 from pathlib import Path
 
 import msgspec
+import pytest
 
 from dialogsim.agents.http.server import make_app
-from dialogsim.agents.http.testing import EchoAgent, faulty_app, serve_in_thread
+from dialogsim.agents.http.testing import EchoAgent, STATS, faulty_app, serve_in_thread
 from dialogsim.engine.contracts import AgentReply, EpisodeContext, Observation
 from dialogsim.engine.events import EpisodeEnded
 from dialogsim.engine.log import RunDir, read_events
+from dialogsim.engine.session import RunConfig, start_run
 
 CLI = [sys.executable, "-m", "dialogsim.engine.cli"]
 
@@ -66,13 +66,14 @@ def test_a_batch_against_each_protocol_completes_with_tool_calls_logged(tmp_path
 
 @pytest.mark.slow
 def test_killed_mid_batch_then_resumed_ends_every_episode_exactly_once(tmp_path):
-    """SIGKILL a run against a live server mid-batch; --resume finishes it with each episode ended once."""
+    """SIGKILL a run against a live server mid-batch; --resume finishes it with each episode ended once, as many
+    at once as the run chose by default."""
     app = faulty_app(EchoAgent, "native", plan=lambda key, attempt: None, delay=0.05)
     out = tmp_path / "run"
     n = 60
     with serve_in_thread(app) as url:
         proc = subprocess.Popen([*CLI, "run", "--no-progress", "--scenarios", "builtin", "--user", "scripted",
-                                 "--agent", f"http:{url}", "--episodes", str(n), "--concurrency", "4",
+                                 "--agent", f"http:{url}", "--episodes", str(n), "--agent-concurrency", "4",
                                  "--think", "0", "--latency", "0", "--out", str(out)],
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + 60
@@ -87,12 +88,28 @@ def test_killed_mid_batch_then_resumed_ends_every_episode_exactly_once(tmp_path)
         assert 5 <= len(before) < n, "the kill must land mid-batch"
         done = _run("--resume", str(out))
     assert done.returncode == 0, done.stderr
+    assert RunDir.open(out).manifest["config"]["concurrency"] == 16  # the live default, recorded and resumed
     events = _events(out)
     ended = Counter(e.ep for e in events if isinstance(e, EpisodeEnded))
     assert sorted(ended) == [f"e{i:06d}" for i in range(n)] and set(ended.values()) == {1}
     for ep in ended:
         assert [e.seq for e in events if e.ep == ep] == list(range(sum(1 for e in events if e.ep == ep)))
     assert {e.outcome for e in events if isinstance(e, EpisodeEnded)} == {"success"}
+
+
+def test_a_live_agent_gets_four_episodes_in_flight_per_request_slot_unless_told(tmp_path):
+    """Without --concurrency a run against a live agent has 4 episodes per agent slot in flight (recorded in the
+    manifest and run_started) and keeps the slots full; an explicit value wins; in-process agents get 32."""
+    app = faulty_app(EchoAgent, "native", plan=lambda key, attempt: None, delay=0.02)
+    base = dict(scenarios="builtin", user="scripted", episodes=14, think="0", latency="0")
+    with serve_in_thread(app) as url:
+        live = dict(base, agent=f"http:{url}", agent_options={"concurrency": 3})
+        runs = {name: start_run(tmp_path / name, RunConfig(**config), progress=False).run_dir for name, config in
+                (("default", live), ("given", dict(live, concurrency=5)), ("local", dict(base, agent="scripted")))}
+    assert app[STATS]["max_inflight"] == 3
+    for name, chosen in (("default", 12), ("given", 5), ("local", 32)):
+        (started,) = read_events(runs[name], types={"run_started"})
+        assert RunDir.open(runs[name]).manifest["config"]["concurrency"] == started.config["concurrency"] == chosen
 
 
 class _JitteryEcho(EchoAgent):
@@ -136,8 +153,6 @@ def test_the_api_key_never_reaches_the_run_directory_or_stderr(tmp_path):
                     "backoff_base=0.01", "--out", str(out), env={"DS_TEST_KEY": secret},
                     pre=("--log-level", "debug"))
     assert done.returncode == 0, done.stderr
-    from dialogsim.agents.http.testing import STATS
-
     assert app[STATS]["authorization"] == {f"Bearer {secret}"}
     assert any(isinstance(e, EpisodeEnded) for e in read_events(out))
     assert sum(1 for e in read_events(out) if type(e).__name__ == "Fault") > 0

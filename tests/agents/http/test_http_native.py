@@ -196,7 +196,7 @@ def test_a_valid_response_decodes():
 
 
 def test_checked_in_schemas_match_the_protocol_structs():
-    """docs/schemas is generated from the Structs; regenerate with `python -m dialogsim.agents.http_native`."""
+    """docs/schemas is generated from the Structs; regenerate with `python -m dialogsim.agents.http.native`."""
     for name, schema in protocol_schemas().items():
         path = ROOT / "docs" / "schemas" / name
         assert json.loads(path.read_text()) == json.loads(json.dumps(schema)), f"{name} is stale"

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from collections import Counter
 
+import msgspec
 import pytest
 
 from dialogsim.engine.events import AgentTurn, ToolCalled, UserTurn
 from dialogsim.engine.registry import agent_factory, user_factory
+from dialogsim.engine.timing import Delay
 from dialogsim.scenarios.sgd.scenario_set import SgdScenarioSet
 from dialogsim.testing import simulate, strip_wall
 
@@ -26,10 +28,10 @@ SYSTEM_ACTS = {"INFORM", "REQUEST", "CONFIRM", "OFFER", "NOTIFY_SUCCESS", "NOTIF
                "OFFER_INTENT", "REQ_MORE", "GOODBYE"}
 
 
-def _run(pack, services: list[str], episodes: int, seed: int = 7):
+def _run(pack, services: list[str], episodes: int, seed: int = 7, concurrency: int = 64, **times):
     scenarios = SgdScenarioSet(pack, services)
     return simulate(user=user_factory("agenda", scenarios), agent=agent_factory("schema", scenarios),
-                    scenarios=scenarios, episodes=episodes, seed=seed, concurrency=64)
+                    scenarios=scenarios, episodes=episodes, seed=seed, concurrency=concurrency, **times)
 
 
 @pytest.fixture(scope="module")
@@ -143,3 +145,16 @@ def test_same_seed_same_dialogues(pack):
     c = _run(pack, DEV, 60, seed=12)
     assert strip_wall(a) == strip_wall(b)
     assert strip_wall(a) != strip_wall(c)
+
+
+def test_episodes_in_flight_change_only_virtual_times_and_interleaving(pack):
+    """One seed at 1, 7 and 60 episodes in flight (a live agent's default depends on its slots): each episode's
+    events are the same but for their virtual times."""
+    times = dict(think=Delay("uniform", 1, 4), latency=Delay("uniform", 0.2, 0.8))
+    runs = []
+    for concurrency in (1, 7, 60):
+        episodes: dict[str, list] = {}
+        for e in _run(pack, DEV[:6], 60, seed=9, concurrency=concurrency, **times):
+            episodes.setdefault(e.ep, []).append(strip_wall([msgspec.structs.replace(e, t=0.0)])[0])
+        runs.append(episodes)
+    assert len(runs[0]) == 60 and runs[0] == runs[1] == runs[2]
