@@ -201,10 +201,10 @@ def dialogsim_run(url: str, concurrency: int, episodes: int, durability: str, th
     """Requests/s of a real run (start_run), the agent requests it made, how many were in flight on average
     and the CPU seconds per request."""
     from dialogsim.engine.log import read_events
-    from dialogsim.engine.registry import register_agent
+    from dialogsim.engine.registry import register
     from dialogsim.engine.session import RunConfig, start_run
 
-    register_agent("bench-http", _capturing_factory)
+    register("agent", "bench-http", _capturing_factory)
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "run"
         config = RunConfig(scenarios="builtin", user="scripted", agent=f"bench-http:{url}", episodes=episodes,
