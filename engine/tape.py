@@ -64,9 +64,9 @@ class Tape:
             return AgentReply(tool_calls=calls, faults=faults)
         if i < len(tape) and isinstance(tape[i], AgentTurn):
             turn = tape[i]
-            return AgentReply(utterance=turn.utterance, frames=turn.frames, state=turn.state, end=turn.end,
-                              usage=turn.usage, cost=turn.cost, action=turn.action, latency=turn.latency,
-                              faults=faults)
+            return AgentReply(utterance=turn.utterance, frames=turn.frames, state=turn.state,
+                              tagged_slots=turn.tagged_slots, end=turn.end, usage=turn.usage, cost=turn.cost,
+                              action=turn.action, latency=turn.latency, faults=faults)
         if i < len(tape) and isinstance(tape[i], EpisodeEnded) and faults:
             raise AgentFailure(faults[-1].detail, faults)
         return None

@@ -8,7 +8,7 @@ import random
 import pytest
 
 from dialogsim.engine.contracts import AgentFailure, AgentReply, FaultReport, ToolCall
-from dialogsim.engine.events import AgentTurn, EpisodeEnded, Fault, ToolCalled, ToolReturned, UserTurn
+from dialogsim.engine.events import AgentTurn, EpisodeEnded, Fault, SlotSpan, ToolCalled, ToolReturned, UserTurn
 from dialogsim.engine.runner import Batch, BatchSettings, Job, Sink
 from dialogsim.engine.timing import Arrivals, Delay
 from dialogsim.scenarios.builtin import BuiltinScenarios
@@ -294,7 +294,8 @@ def test_an_agent_without_a_deterministic_attribute_counts_as_deterministic():
 
 class _Remote:
     """An agent that cannot be re-run (a live model, say): it answers from the observation alone, calls a tool on
-    its first turn and reports a retried request on its second; the turns it is asked about go to ``asked``."""
+    its first turn, reports a retried request on its second and tags a slot in every turn; the turns it is asked
+    about go to ``asked``."""
 
     deterministic = False
 
@@ -307,7 +308,8 @@ class _Remote:
             return AgentReply(tool_calls=[ToolCall(service="Weather_1", method="GetWeather",
                                                    parameters={"city": "Paris", "date": "2019-03-01"})])
         faults = [FaultReport(kind="http_status", detail="503", attempt=1)] if obs.turn_index == 3 else []
-        return AgentReply(utterance=f"answer {obs.turn_index}", faults=faults)
+        return AgentReply(utterance=f"answer {obs.turn_index}", faults=faults,
+                          tagged_slots={"Weather_1": [SlotSpan(slot="city", start=0, exclusive_end=4)]})
 
 
 def _remote_batch(log, asked):
@@ -318,7 +320,7 @@ def _remote_batch(log, asked):
 
 def test_resume_reads_an_agent_that_cannot_be_rerun_back_from_the_tape():
     """A resumed episode does not ask an agent that is not deterministic about the turns its tape holds (their
-    tool calls and faults are read back) and ends exactly as the uninterrupted episode did."""
+    tool calls, faults and tagged slots are read back) and ends exactly as the uninterrupted episode did."""
     full = MemoryLog()
     asyncio.run(_remote_batch(full, []).run([Job(0)]))
     events = full.episode("e000000")
