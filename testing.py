@@ -25,7 +25,7 @@ import msgspec
 from .agents.scripted import ScriptLine, ScriptedAgent
 from .engine.contracts import AgentReply, EpisodeContext, Observation, ScenarioSet, UserReply
 from .engine.events import AgentTurn, EpisodeEnded, Event, UserTurn, event_type
-from .engine.runner import Batch, Job, RunSettings, Sink
+from .engine.runner import Batch, BatchSettings, Job, Sink
 from .engine.timing import Delay
 from .scenarios.builtin import BuiltinScenarios
 from .users.scripted import ScriptedUser
@@ -71,8 +71,8 @@ def simulate(*, user: Callable[[], Any] | None = None, agent: Callable[[], Any] 
     log = MemoryLog()
     batch = Batch(run_id=run_id, scenarios=scenarios, make_user=user or ScriptedUser,
                   make_agent=agent or ScriptedAgent, sink=log,
-                  settings=RunSettings(seed=seed, episodes=episodes, concurrency=concurrency,
-                                       max_turns=max_turns, think=think, latency=latency))
+                  settings=BatchSettings(seed=seed, concurrency=concurrency, max_turns=max_turns, think=think,
+                                         latency=latency))
     asyncio.run(batch.run([Job(i) for i in range(episodes)]))
     return log
 

@@ -217,13 +217,13 @@ def run_batch(make_agent: Any, episodes: int = 6, *, scenarios: Any = None, user
               concurrency: int = 4, max_turns: int = 50, think: Any = None, latency: Any = None) -> Any:
     """Run episodes through the real engine into a MemoryLog, closing the agent factory's session after.
 
-    ``engine.testing.simulate`` does not close factories: an HTTP agent factory given to it leaves its
+    ``dialogsim.testing.simulate`` does not close factories: an HTTP agent factory given to it leaves its
     aiohttp session open (its pool only closes it when the loop shuts down), so use this for HTTP agents.
     ``think`` and ``latency`` are ``engine.timing.Delay`` models (default: none).
     """
     from ...scenarios.builtin import BuiltinScenarios
     from ...users.scripted import ScriptedUser
-    from ...engine.runner import Batch, Job, RunSettings
+    from ...engine.runner import Batch, BatchSettings, Job
     from ...testing import MemoryLog
     from ...engine.timing import Delay
 
@@ -231,8 +231,8 @@ def run_batch(make_agent: Any, episodes: int = 6, *, scenarios: Any = None, user
     none = Delay("fixed", 0.0)
     batch = Batch(run_id="test-run", scenarios=scenarios or BuiltinScenarios(), make_user=user or ScriptedUser,
                   make_agent=make_agent, sink=log,
-                  settings=RunSettings(seed=seed, episodes=episodes, concurrency=concurrency, max_turns=max_turns,
-                                       think=think or none, latency=latency or none))
+                  settings=BatchSettings(seed=seed, concurrency=concurrency, max_turns=max_turns, think=think or none,
+                                         latency=latency or none))
 
     async def go() -> None:
         try:
