@@ -18,7 +18,7 @@ from typing import Any, Callable, Iterable
 import msgspec
 
 from ...engine.errors import UserError
-from .corpus import decode_dialogue_file, validate_dialogue
+from .corpus import dialogue_files, read_dialogue_file, validate_dialogue
 from .mine import Miner
 from .pack import FORMAT, MANIFEST, VERSION, is_pack_dir
 from .pairs import order_dates, slot_pairs
@@ -46,7 +46,7 @@ def _dialogue_files(dirs: Iterable[str | Path]) -> list[Path]:
         if d.is_file():
             files.append(d)
         elif d.is_dir():
-            found = sorted(d.glob("dialogues_*.json"))
+            found = dialogue_files(d)
             if not found:
                 raise UserError(f"{d}: no dialogues_*.json files in this directory")
             files.extend(found)
@@ -56,24 +56,14 @@ def _dialogue_files(dirs: Iterable[str | Path]) -> list[Path]:
 
 
 def _read_dialogues(path: Path, schemas: dict[str, Any]) -> list[dict[str, Any]]:
-    """The dialogues of one file as plain JSON for the miner, once they pass the checks ``import sgd`` makes
-    (SGD's shape, the schemas' names); a problem is a UserError naming the file, dialogue, turn and element."""
-    try:
-        raw = path.read_bytes()
-    except OSError as exc:
-        raise UserError(f"{path}: cannot read the dialogue file ({exc.strerror or exc})") from None
-    try:
-        data = msgspec.json.decode(raw)
-    except msgspec.DecodeError as exc:
-        detail = str(exc)
-        if "truncated" in detail:
-            detail = f"the JSON stops unfinished at byte {len(raw)} (a truncated file?)"
-        raise UserError(f"{path}: not a valid JSON dialogue file: {detail}") from None
-    for dialogue in decode_dialogue_file(path, raw):
+    """The dialogues of one file as plain JSON for the miner, read and checked as ``import sgd`` reads them (SGD's
+    shape, the schemas' names); a problem is a UserError naming the file, dialogue, turn and element."""
+    dialogues = read_dialogue_file(path)
+    for dialogue in dialogues:
         problem = validate_dialogue(dialogue, schemas)
         if problem is not None:
             raise UserError(f"{path}: {problem}")
-    return data
+    return msgspec.to_builtins(dialogues)
 
 
 def _merge_schemas(paths: Iterable[str | Path]) -> tuple[list[dict[str, Any]], list[str]]:

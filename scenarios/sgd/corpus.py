@@ -104,17 +104,15 @@ def read_dialogue_file(path: Path) -> list[SgdDialogue]:
         raw = path.read_bytes()
     except OSError as exc:
         raise UserError(f"{path}: cannot read ({exc.strerror})") from None
-    return decode_dialogue_file(path, raw)
-
-
-def decode_dialogue_file(path: Path, raw: bytes) -> list[SgdDialogue]:
-    """All dialogues of one file's bytes, decoded strictly; a UserError names the file, dialogue and turn at fault."""
     try:
         return _file_decoder.decode(raw)
     except msgspec.ValidationError:  # a subclass of DecodeError: the JSON is fine, the shape is not
         pass
     except msgspec.DecodeError as exc:
-        raise UserError(f"{path}: not JSON ({exc})") from None
+        detail = str(exc)
+        if "truncated" in detail:
+            detail = f"the JSON stops unfinished at byte {len(raw)} (a truncated file?)"
+        raise UserError(f"{path}: not JSON: {detail}") from None
     raise UserError(_locate_error(path, raw))
 
 

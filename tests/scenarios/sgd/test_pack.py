@@ -189,10 +189,10 @@ def test_a_truncated_dialogue_file_says_so(tmp_path):
     (bad / "dialogues_001.json").write_text(text)
     with pytest.raises(UserError) as err:
         build_pack([bad], [SMALL / "schema.json"], tmp_path / "out")
-    assert str(err.value) == (f"{bad / 'dialogues_001.json'}: not a valid JSON dialogue file: the JSON stops "
+    assert str(err.value) == (f"{bad / 'dialogues_001.json'}: not JSON: the JSON stops "
                               f"unfinished at byte {len(text.encode())} (a truncated file?)")
     (bad / "dialogues_001.json").write_text('[{"dialogue_id": "x", "turns": [}]')
-    with pytest.raises(UserError, match=r"dialogues_001\.json: not a valid JSON dialogue file: .*malformed.*byte"):
+    with pytest.raises(UserError, match=r"dialogues_001\.json: not JSON: .*malformed.*byte"):
         build_pack([bad], [SMALL / "schema.json"], tmp_path / "out")
     assert _no_leftovers(tmp_path, "out")
 
