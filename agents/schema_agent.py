@@ -17,10 +17,9 @@ import random
 from operator import attrgetter, itemgetter
 from typing import Any
 
+from ..engine.contracts import AgentReply, EpisodeContext, Observation, ToolCall
 from ..engine.events import Act, DialogueState, Frame, SlotSpan
-from ..scenarios.base import EpisodeContext
 from ..scenarios.sgd.values import ANY_VALUES
-from .base import AgentReply, Observation, ToolCall
 from .nlu import ValueMatcher
 
 _NAMEISH = ("name", "title", "airlines", "car_name", "operator")
@@ -140,6 +139,14 @@ class _Track:
         return st
 
 
+def _kinds(said: list[tuple[str, list[Act]]]) -> set[str]:
+    """The kinds of the acts the user said this turn."""
+    if len(said) == 1:
+        acts = said[0][1]
+        return {acts[0].act} if len(acts) == 1 else set(map(_act_of, acts))
+    return {a.act for _, acts in said for a in acts}
+
+
 class _Tracks(dict):
     """Service name -> its track, made on first use: ``tracks[name]`` always has one, ``get`` only if known."""
 
@@ -179,7 +186,6 @@ class SchemaAgent:
         self._expecting: list[str] = []  # slots the agent asked for last
         self.offered_intent: tuple[str, str] | None = None  # (service, intent) of our OFFER_INTENT
         self.pending: tuple[str, str, list[Act]] | None = None  # (service, intent, acts to prepend)
-        self.calls = 0
         self._tagged: dict[str, list[SlotSpan]] | None = None  # spans found in the user's text this turn
         self._offer_acts: dict[str, list[Act]] = {}  # the OFFER acts of the entity on the table
 
@@ -267,33 +273,45 @@ class SchemaAgent:
 
     def _policy(self, said: list[tuple[str, list[Act]]], user_end: bool) -> AgentReply:
         """The reply to the user's acts, per service in the order said (no service has an empty list)."""
-        tracks, services = self.tracks, self._services
-        for t in tracks.values():
+        for t in self.tracks.values():
             if t.requested:
                 t.requested = []  # a new list: the last state keeps the old one
-        # the acts' kinds, and the service the user is talking about: the one with a new intent, else the
-        # last one spoken of, else the first one of this turn
-        if len(said) == 1:
-            acts = said[0][1]
-            kinds = {acts[0].act} if len(acts) == 1 else set(map(_act_of, acts))
-        else:
-            kinds = {a.act for _, acts in said for a in acts}
-        name = self.current
-        if "INFORM_INTENT" in kinds:
-            name = next(s for s, acts in reversed(said) if any(a.act == "INFORM_INTENT" for a in acts))
-        elif name is None:
-            if not said:
-                return self._say(None, [("REQ_MORE", "", None)], end=False)
-            name = said[0][0]
-        self.current = name
-        t = tracks[name]
-        svc = services.get(name) or self._service(name)
+        kinds = _kinds(said)
+        name = self._focus(said, kinds)
+        if name is None:
+            return self._say(None, [("REQ_MORE", "", None)], end=False)
+        t = self.tracks[name]
         confirming, proposal = t.confirming, t.proposal
         t.confirming = t.proposal = None
         # "no" to "anything else?" ends the dialogue
         declined = "NEGATE" in kinds and "REQ_MORE" in self.last and "INFORM" not in kinds
         if declined or "NEGATE_INTENT" in kinds:
             t.intent = None  # SGD's state has no active intent after "no" to an offer or to "anything else?"
+        self._track_user_acts(said)
+        if "GOODBYE" in kinds or user_end or declined:
+            return self._say(name, [("GOODBYE", "", None)], end=True)
+        self._take_accepted(name, t, kinds, proposal)
+        if confirming is not None and "AFFIRM" in kinds and "INFORM" not in kinds:
+            self._accept(name, confirming)
+            return self._call(name, t.intent, [])
+        return self._next_step(name, t, kinds)
+
+    def _focus(self, said: list[tuple[str, list[Act]]], kinds: set[str]) -> str | None:
+        """The service the user is talking about, now current: the one with a new intent, else the last one spoken
+        of, else the first one of this turn (None when no service was ever spoken of)."""
+        name = self.current
+        if "INFORM_INTENT" in kinds:
+            name = next(s for s, acts in reversed(said) if any(a.act == "INFORM_INTENT" for a in acts))
+        elif name is None:
+            if not said:
+                return None
+            name = said[0][0]
+        self.current = name
+        return name
+
+    def _track_user_acts(self, said: list[tuple[str, list[Act]]]) -> None:
+        """Fold the user's informed values, requested slots and new intents into the tracks of their services."""
+        tracks, services = self.tracks, self._services
         for s, acts in said:
             ts = tracks[s]  # every service spoken of is tracked
             for a in acts:
@@ -312,8 +330,10 @@ class SchemaAgent:
                         ts.intent = intent  # a new intent, or the same one asked for again
                         ts.done.discard(intent)
                         ts.changed = True
-        if "GOODBYE" in kinds or user_end or declined:
-            return self._say(name, [("GOODBYE", "", None)], end=True)
+
+    def _take_accepted(self, name: str, t: _Track, kinds: set[str], proposal: list[Act] | None) -> None:
+        """Take on what the user accepted of the agent's last turn: the intent offered, the entity offered, or
+        the value proposed."""
         if "AFFIRM_INTENT" in kinds and self.offered_intent and self.offered_intent[0] == name:
             t.intent = self.offered_intent[1]
             t.changed = True
@@ -321,56 +341,62 @@ class SchemaAgent:
         if "SELECT" in kinds and t.offered is not None:
             t.selected = t.offered
             self._accept(name, self._offer_acts.get(name))
-        out: list[tuple[str, str, Any]] = []
         if proposal is not None and "AFFIRM" in kinds:
             self._accept(name, proposal, change=True)
-        if "AFFIRM" in kinds and "INFORM" not in kinds:
-            if confirming is not None:
-                self._accept(name, confirming)
-                return self._call(name, t.intent, out)
+
+    def _next_step(self, name: str, t: _Track, kinds: set[str]) -> AgentReply:
+        """Answer the slots the user requested, then move the service's intent on: search again, close a
+        selection, ask for what is missing, confirm a transaction or search."""
         entity = t.booked if t.booked is not None and t.intent in t.done else (t.selected or t.offered or t.booked)
+        out: list[tuple[str, str, Any]] = []
         for slot in t.requested:  # the others are answered with the call's results
             if entity is not None and slot in entity:
                 out.append(("INFORM", slot, entity[slot]))
+        svc = self._services.get(name) or self._service(name)
         if "REQUEST_ALTS" in kinds:
             if t.changed or not t.results:
                 return self._call(name, t.intent, out)
             return self._say(name, out + self._next_offer(name, t), end=False)
         if "SELECT" in kinds and "INFORM_INTENT" not in kinds and t.intent in svc.search:
-            t.done.add(t.intent)
-            if out:
-                return self._say(name, out, end=False)
-            offer = next((i for i in svc.txn if i not in t.done), None)
-            if offer is not None:
-                self.offered_intent = (name, offer)
-                return self._say(name, [("OFFER_INTENT", "intent", offer)], end=False)
-            return self._say(name, [("REQ_MORE", "", None)], end=False)
+            return self._close_selection(name, t, svc, out)
         if t.intent is None or (t.intent in t.done and not t.changed):
-            if out:
-                return self._say(name, out, end=False)
-            return self._say(name, [("REQ_MORE", "", None)], end=False)
+            return self._say(name, out or [("REQ_MORE", "", None)], end=False)
         missing = [s for s in svc.required[t.intent] if s not in t.canon]
         if missing:
-            if out:  # answer first; the missing slots are asked on the next turn
-                return self._say(name, out, end=False)
-            if len(self.tracks) > 1 and self.rng.random() < self.propose_rate:  # another service is known
-                for slot in missing:
-                    value = self._propose(name, svc, slot)
-                    if value is not None:
-                        reply = self._say(name, [("REQUEST", slot, value)], end=False)
-                        t.proposal = reply.frames[0].actions
-                        return reply
-            k = 1 if len(missing) == 1 or self.rng.random() < 0.5 else self.max_request
-            return self._say(name, [("REQUEST", s, None) for s in missing[:k]], end=False)
+            return self._ask_missing(name, t, svc, missing, out)
         if svc.transactional[t.intent]:
             if out and not t.changed:
                 return self._say(name, out, end=False)
             return self._confirm(name, t, svc)
         if t.changed or not t.results:
             return self._call(name, t.intent, out)
+        return self._say(name, out or [("REQ_MORE", "", None)], end=False)
+
+    def _close_selection(self, name: str, t: _Track, svc: _Service, out: list) -> AgentReply:
+        """The user chose a search result: the search is done; offer the service's next transaction, if any."""
+        t.done.add(t.intent)
         if out:
             return self._say(name, out, end=False)
+        offer = next((i for i in svc.txn if i not in t.done), None)
+        if offer is not None:
+            self.offered_intent = (name, offer)
+            return self._say(name, [("OFFER_INTENT", "intent", offer)], end=False)
         return self._say(name, [("REQ_MORE", "", None)], end=False)
+
+    def _ask_missing(self, name: str, t: _Track, svc: _Service, missing: list[str], out: list) -> AgentReply:
+        """Ask for required slots still missing (after answering, if the user asked something): one or a few at
+        a time, or propose a value another service of the dialogue holds."""
+        if out:  # answer first; the missing slots are asked on the next turn
+            return self._say(name, out, end=False)
+        if len(self.tracks) > 1 and self.rng.random() < self.propose_rate:  # another service is known
+            for slot in missing:
+                value = self._propose(name, svc, slot)
+                if value is not None:
+                    reply = self._say(name, [("REQUEST", slot, value)], end=False)
+                    t.proposal = reply.frames[0].actions
+                    return reply
+        k = 1 if len(missing) == 1 or self.rng.random() < 0.5 else self.max_request
+        return self._say(name, [("REQUEST", s, None) for s in missing[:k]], end=False)
 
     def _params(self, t: _Track, svc: _Service, intent: str) -> dict[str, str]:
         canon = t.canon
@@ -394,7 +420,6 @@ class SchemaAgent:
         if svc.transactional[intent]:
             for s, default in svc.optional[intent].items():
                 params.setdefault(s, default)
-        self.calls += 1
         self.pending = (name, intent, out)
         return AgentReply(tool_calls=[ToolCall(service=name, method=intent, parameters=params)])
 
@@ -526,12 +551,3 @@ def make_factory(arg: str | None, scenarios: Any, options: dict[str, Any]) -> An
         return SchemaAgent(pack, services=services, **kwargs)
 
     return make
-
-
-def _register() -> None:
-    from ..engine.registry import register_agent
-
-    register_agent("schema", make_factory)
-
-
-_register()

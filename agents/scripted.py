@@ -7,10 +7,8 @@ from typing import Any
 
 import msgspec
 
+from ..engine.contracts import AgentReply, EpisodeContext, Observation, ToolCall
 from ..engine.memo import IdentityMemo
-from ..engine.registry import register_agent
-from ..scenarios.base import EpisodeContext
-from .base import AgentReply, Observation, ToolCall
 
 _FIELD = re.compile(r"\{(\w+)\}")
 
@@ -77,8 +75,6 @@ def _prepare(source: list[Any]) -> tuple[list[ScriptLine], list[AgentReply | Non
     return _PREPARED.get((source,), build)
 
 
-def _factory(arg: str | None, scenarios: Any, options: dict[str, Any]):
+def make_factory(arg: str | None, scenarios: Any, options: dict[str, Any]) -> type[ScriptedAgent]:
+    """The ``scripted`` agent plug-in: every episode gets a fresh ScriptedAgent."""
     return ScriptedAgent
-
-
-register_agent("scripted", _factory)

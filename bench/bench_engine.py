@@ -20,15 +20,14 @@ import tempfile
 import time
 from pathlib import Path
 
-from dialogsim.agents.scripted import ScriptedAgent, ScriptLine
+from dialogsim.agents.scripted import ScriptLine, ScriptedAgent
 from dialogsim.engine.codec import encode_into
+from dialogsim.engine.contracts import Scenario, UserReply
 from dialogsim.engine.events import Act, AgentTurn, EpisodeEnded, EpisodeStarted, Frame, UserTurn
 from dialogsim.engine.log import LogWriter, read_events
-from dialogsim.engine.runner import Batch, Job, RunSettings
+from dialogsim.engine.runner import Batch, BatchSettings, Job
 from dialogsim.engine.timing import Delay
-from dialogsim.scenarios.base import Scenario
 from dialogsim.scenarios.builtin import BuiltinScenarios
-from dialogsim.users.base import UserReply
 from dialogsim.users.scripted import ScriptedUser
 
 EXCHANGES = 20
@@ -54,7 +53,7 @@ def run_engine(path: Path, episodes: int, durability: str) -> tuple[float, float
     writer = LogWriter(path, durability)  # type: ignore[arg-type]
     batch = Batch(run_id="bench", scenarios=BuiltinScenarios([SCENARIO], {}),
                   make_user=lambda: ScriptedUser(USER_LINES), make_agent=lambda: ScriptedAgent(AGENT_LINES),
-                  settings=RunSettings(episodes=episodes, concurrency=32, think=THINK, latency=LATENCY), sink=writer)
+                  settings=BatchSettings(concurrency=32, think=THINK, latency=LATENCY), sink=writer)
     start, cpu = time.perf_counter(), time.process_time()
     asyncio.run(batch.run([Job(i) for i in range(episodes)]))
     writer.close()

@@ -91,7 +91,7 @@ def cpu_seconds() -> float:
 
 def sample_request() -> object:
     """A native request like the ones the engine sends mid-episode (built-in scenario, third user turn)."""
-    from dialogsim.agents.http_native import AgentMessage, NativeRequest, ScenarioInfo, UserMessage
+    from dialogsim.agents.http.native import AgentMessage, NativeRequest, ScenarioInfo, UserMessage
     from dialogsim.scenarios.builtin import BuiltinScenarios
 
     sc = BuiltinScenarios()
@@ -115,7 +115,7 @@ async def raw_loop(url: str, concurrency: int, total: int, request: object) -> t
     """
     import aiohttp
 
-    from dialogsim.agents.http_native import NativeResponse
+    from dialogsim.agents.http.native import NativeResponse
 
     encode = msgspec.json.Encoder().encode
     decode = msgspec.json.Decoder(NativeResponse).decode
@@ -144,15 +144,15 @@ async def agent_loop(url: str, concurrency: int, total: int) -> tuple[float, flo
     and the requests in flight on average."""
     import random
 
-    from dialogsim.agents.base import Observation
-    from dialogsim.agents.http_native import http_agent_factory
+    from dialogsim.engine.contracts import Observation
+    from dialogsim.agents.http.native import NativeAgentFactory
     from dialogsim.engine.events import AgentTurn, UserTurn
-    from dialogsim.scenarios.base import EpisodeContext
+    from dialogsim.engine.contracts import EpisodeContext
     from dialogsim.scenarios.builtin import BuiltinScenarios
 
     sc = BuiltinScenarios()
     scenario, _ = sc.draw(1, 0)
-    factory = http_agent_factory(url, None, {"concurrency": concurrency})
+    factory = NativeAgentFactory(url, None, {"concurrency": concurrency})
     left = total
 
     async def worker(k: int) -> None:
@@ -188,9 +188,9 @@ _pools: list = []  # the pool of each run's agent factory, for its in-flight fig
 
 def _capturing_factory(arg: str | None, scenarios: object, options: dict) -> object:
     """``http:`` as registered, keeping the factory's pool for the figures."""
-    from dialogsim.agents.http_native import http_agent_factory
+    from dialogsim.agents.http.native import NativeAgentFactory
 
-    factory = http_agent_factory(arg, scenarios, options)
+    factory = NativeAgentFactory(arg, scenarios, options)
     _pools.append(factory.pool)
     return factory
 
@@ -201,10 +201,10 @@ def dialogsim_run(url: str, concurrency: int, episodes: int, durability: str, in
     episodes at once (None: the run's default), think time and latency 0 or (``timed``) the default
     models: the agent requests it made, how many were in flight on average and the CPU seconds per request."""
     from dialogsim.engine.log import read_events
-    from dialogsim.engine.registry import register_agent
+    from dialogsim.engine.registry import register
     from dialogsim.engine.session import RunConfig, start_run
 
-    register_agent("bench-http", _capturing_factory)
+    register("agent", "bench-http", _capturing_factory)
     times = {} if timed else {"think": "0", "latency": "0"}
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "run"

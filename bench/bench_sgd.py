@@ -20,8 +20,8 @@ from pathlib import Path
 
 from dialogsim.agents.schema_agent import make_factory as agent_maker
 from dialogsim.engine.log import LogWriter
-from dialogsim.engine.runner import Batch, Job, RunSettings
-from dialogsim.engine.testing import MemoryLog
+from dialogsim.engine.runner import Batch, BatchSettings, Job
+from dialogsim.testing import MemoryLog
 from dialogsim.scenarios.sgd.pack import load_pack
 from dialogsim.scenarios.sgd.scenario_set import SgdScenarioSet
 from dialogsim.users.agenda import make_factory as user_maker
@@ -48,13 +48,13 @@ def run(episodes: int, services: list[str] | None, durability: str, seed: int) -
     make_user, make_agent = user_maker(None, scenarios, {}), agent_maker(None, scenarios, {})
     # warm the caches that a long run amortizes (template plans, schema indexes) on a few episodes
     warm = Batch(run_id="warm", scenarios=scenarios, make_user=make_user, make_agent=make_agent,
-                 settings=RunSettings(seed=seed + 1, episodes=50), sink=MemoryLog())
+                 settings=BatchSettings(seed=seed + 1), sink=MemoryLog())
     asyncio.run(warm.run([Job(i) for i in range(50)]))
     with tempfile.TemporaryDirectory() as tmp:
         writer = LogWriter(Path(tmp) / "events-000.jsonl", durability)  # type: ignore[arg-type]
         sink = _Counting()
         batch = Batch(run_id="bench", scenarios=scenarios, make_user=make_user, make_agent=make_agent,
-                      settings=RunSettings(seed=seed, episodes=episodes, concurrency=32), sink=writer,
+                      settings=BatchSettings(seed=seed, concurrency=32), sink=writer,
                       on_episode_end=sink)
         start, cpu = time.perf_counter(), time.process_time()
         asyncio.run(batch.run([Job(i) for i in range(episodes)]))

@@ -18,9 +18,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from dialogsim.engine.commands.import_ import import_sgd
 from dialogsim.engine.oplog import configure_logging
-from dialogsim.engine.projections import get_projection, run_projection
+from dialogsim.engine.projections import run_projection
+from dialogsim.engine.registry import projection
+from dialogsim.scenarios.sgd.import_command import import_sgd
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared" / "sgd"
@@ -71,8 +72,8 @@ def main() -> None:
         for k in range(args.repeat):
             run, out = tmp / f"run{k}", tmp / f"out{k}"
             stats, t_import = _timed(lambda: import_sgd(src, run, schema=schema))
-            report, t_project = _timed(lambda: run_projection(run, get_projection("sgd"), out))
-            _, t_noop = _timed(lambda: run_projection(run, get_projection("sgd"), out))
+            report, t_project = _timed(lambda: run_projection(run, projection("sgd"), out))
+            _, t_noop = _timed(lambda: run_projection(run, projection("sgd"), out))
             turns, dialogues = stats.turns, stats.dialogues
             best_import, best_project, best_noop = min(best_import, t_import), min(best_project, t_project), \
                 min(best_noop, t_noop)

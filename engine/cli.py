@@ -1,13 +1,16 @@
-"""The ``dialogsim`` command line: subcommands live in ``engine/commands/``, one module each."""
+"""The ``dialogsim`` command line: every subcommand is a ``command`` plug-in (engine/plugins.py).
+
+Only the chosen command's module is imported: ``dialogsim --help`` lists the commands from the registry's
+table without importing any of them, so start-up stays cheap whatever the built-ins need.
+"""
 
 from __future__ import annotations
 
 import argparse
-import importlib
 import sys
 
 from .. import __version__
-from .commands import COMMANDS
+from . import registry
 from .errors import UserError
 from .log import CorruptLog
 from .oplog import configure_logging
@@ -20,16 +23,57 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The argument parser with every registered subcommand."""
+def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
+    """The argument parser: every command listed, the one named in ``argv`` (if any) configured in full."""
     parser = _Parser(prog="dialogsim", description="Event-sourced dialogue simulation.")
     parser.add_argument("--version", action="version", version=f"dialogsim {__version__}")
     _add_global_options(parser, default=True)
+    chosen = _chosen(argv if argv is not None else sys.argv[1:])
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for name in COMMANDS:
-        importlib.import_module(f".commands.{name}", __package__).register(sub)
+    groups: dict[str, argparse._SubParsersAction] = {}
+    for name in registry.names("command"):
+        words = name.split(" ")
+        if len(words) == 1:
+            command = sub.add_parser(name, help=registry.help_of("command", name),
+                                     description=_sentence(registry.help_of("command", name)))
+            if registry.is_group(name):
+                groups[name] = command.add_subparsers(dest=f"{name}_kind", required=True, metavar="KIND")
+            else:
+                _configure(command, name, chosen)
+    for name in registry.names("command"):
+        words = name.split(" ")
+        if len(words) == 2:
+            command = groups[words[0]].add_parser(words[1], help=registry.help_of("command", name),
+                                                  description=_sentence(registry.help_of("command", name)))
+            _configure(command, name, chosen)
     _accept_global_options_everywhere(parser)
     return parser
+
+
+def _chosen(argv: list[str]) -> set[str]:
+    """The command named in ``argv`` (its first two plain words, past the global options' values): only
+    that command's module is imported."""
+    words: list[str] = []
+    values_follow = False
+    for arg in argv:
+        if values_follow:
+            values_follow = False
+        elif arg in ("--log-format", "--log-level"):
+            values_follow = True
+        elif not arg.startswith("-"):
+            words.append(arg)
+            if len(words) == 2:
+                break
+    return {words[0], " ".join(words)} if words else set()
+
+
+def _configure(parser: argparse.ArgumentParser, name: str, chosen: set[str]) -> None:
+    if name in chosen:
+        registry.lookup("command", name).configure(parser)
+
+
+def _sentence(text: str) -> str:
+    return text[:1].upper() + text[1:] + "." if text else text
 
 
 def _add_global_options(parser: argparse.ArgumentParser, default: bool) -> None:
@@ -54,8 +98,11 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point: parse, run the subcommand, turn a UserError into one line and exit status 2."""
     args = None
     try:
-        parser = build_parser()
-        args = parser.parse_args(argv)
+        parser = build_parser(argv)
+        args, extra = parser.parse_known_args(argv)
+        if extra and not getattr(args, "takes_extra", False):
+            parser.error(f"unrecognized arguments: {' '.join(extra)}")
+        args.extra = extra
         configure_logging(args.log_format, args.log_level)
         return int(args.handler(args) or 0)
     except KeyboardInterrupt:

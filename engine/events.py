@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any, Literal, Union
 
 import msgspec
+from msgspec import UNSET, UnsetType
 
 # -- payload pieces (SGD-shaped so that the sgd projection is a plain copy) -------------------------
 
@@ -113,13 +114,23 @@ class EpisodeStarted(Event, tag="episode_started", kw_only=True):
 
 
 class UserTurn(Event, tag="user_turn", kw_only=True):
-    """The user spoke: utterance, per-service frames with acts, spans and the user's true state."""
+    """The user spoke: utterance, per-service frames with acts, spans and the user's true state.
+
+    ``raw_act`` is the turn's act as an imported corpus recorded it when its acts are not SGD-shaped (a
+    TC-Bot act dict, kept verbatim so that exports of that format reproduce it); unset otherwise, and then
+    absent from the JSON, so logs without such acts are unchanged.
+
+    A persona user's reaction turn carries ``reaction`` (its signals) and ``persona`` (the profile it
+    reacted as); ``persona`` is left out of the encoding when unset, so other users' logs do not change.
+    """
 
     turn: int
     utterance: str
     frames: list[Frame] = []
     end: bool = False
     reaction: dict[str, Any] | None = None
+    raw_act: dict[str, Any] | UnsetType = UNSET
+    persona: dict[str, Any] | UnsetType = UNSET
 
 
 class AgentTurn(Event, tag="agent_turn", kw_only=True):
@@ -127,6 +138,11 @@ class AgentTurn(Event, tag="agent_turn", kw_only=True):
 
     ``tagged_slots`` are the non-categorical slot spans the agent found in the user's last utterance, per
     service (scored as slot tagging F1); None when the agent did not tag the text (it read the user's acts).
+    ``raw_act``: as in UserTurn, an imported act that is not SGD-shaped, verbatim.
+
+    A policy-style agent's turn has its ``action`` label, ``action_by`` (who chose it: "persona", "manual",
+    ...) and ``prompt`` (the instructions the turn was generated under, e.g. the action's system prompt);
+    those two are left out of the encoding when unset, so other agents' logs do not change.
     """
 
     turn: int
@@ -139,6 +155,9 @@ class AgentTurn(Event, tag="agent_turn", kw_only=True):
     usage: Usage | None = None
     cost: float | None = None
     action: str | None = None
+    raw_act: dict[str, Any] | UnsetType = UNSET
+    action_by: str | UnsetType = UNSET
+    prompt: str | UnsetType = UNSET
 
 
 class ToolCalled(Event, tag="tool_called", kw_only=True):

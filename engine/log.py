@@ -13,8 +13,10 @@ file and the line, unless the caller asks to skip and count such lines.
 
 from __future__ import annotations
 
+import gc
 import json
 import os
+import shutil
 import time
 from collections.abc import Container, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -52,10 +54,6 @@ class RunDir:
     def __init__(self, path: Path, manifest: dict[str, Any]) -> None:
         self.path = path
         self.manifest = manifest
-
-    @property
-    def events_dir(self) -> Path:
-        return self.path / "events"
 
     @property
     def projections_dir(self) -> Path:
@@ -298,22 +296,46 @@ class LogWriter:
         self._file.close()
 
 
+def check_new_run_dir(path: str | Path) -> None:
+    """Refuse a target for a new run that exists and is not an empty directory."""
+    path = Path(path)
+    if path.exists() and (not path.is_dir() or any(path.iterdir())):
+        raise UserError(f"{path}: exists and is not an empty directory; choose a new --out")
+
+
 def write_events(path: str | Path, events: Iterable[Event], *, run_id: str, config: dict[str, Any],
                  seed: int = 0, durability: Durability = "batch") -> RunDir:
-    """Create a run directory holding ``events`` (importers use this); status completed when done."""
-    run = RunDir.create(path, run_id=run_id, config=config, seed=seed)
-    writer = LogWriter(run.path / run.manifest["shards"][0], durability)
-    counts: dict[str, int] = {}
+    """Create a run directory holding ``events`` (importers use this), status completed when done; ``path``
+    must be absent or empty, and nothing is left in it if ``events`` raises."""
+    path = Path(path)
+    check_new_run_dir(path)
+    existed = path.exists()
+    gc_was_enabled = gc.isenabled()
+    gc.disable()  # millions of acyclic objects: cycle collection only costs time here
     try:
-        for event in events:
-            writer.append(event)
-            if isinstance(event, EpisodeEnded):
-                counts[event.outcome] = counts.get(event.outcome, 0) + 1
-                counts["episodes"] = counts.get("episodes", 0) + 1
+        run = RunDir.create(path, run_id=run_id, config=config, seed=seed)
+        writer = LogWriter(run.path / run.manifest["shards"][0], durability)
+        counts: dict[str, int] = {}
+        try:
+            for event in events:
+                writer.append(event)
+                if isinstance(event, EpisodeEnded):
+                    counts[event.outcome] = counts.get(event.outcome, 0) + 1
+                    counts["episodes"] = counts.get("episodes", 0) + 1
+        finally:
+            writer.close()
+        run.manifest.update(status="completed", counts=counts)
+        run.save_manifest()
+    except BaseException:
+        # path was absent or empty before (checked above): whatever is in it now is this import's
+        if path.exists():
+            shutil.rmtree(path)
+            if existed:
+                path.mkdir()
+        raise
     finally:
-        writer.close()
-    run.manifest.update(status="completed", counts=counts)
-    run.save_manifest()
+        if gc_was_enabled:
+            gc.enable()
     return run
 
 

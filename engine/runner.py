@@ -2,8 +2,7 @@
 
 An episode: the user opens; the agent answers (its tool calls run against the scenario's world and are
 logged); and so on until the user leaves, the agent ends, the turn limit, or an error. Resuming an
-episode replays it against its logged prefix (the tape): deterministic users and agents are run again
-and must reproduce the tape; live agents' replies are taken from it; new events continue the episode.
+episode runs it through its logged prefix (``engine.tape``) before it continues live.
 
 Time: an episode keeps its own clock (``_Recorder.t``) while it touches nothing shared, and brings
 simpy's clock up to it (one timeout) before anything that is shared: a call to a live agent or user,
@@ -16,28 +15,34 @@ from __future__ import annotations
 
 import gc
 import time
-from collections.abc import Callable, Generator, Iterable, Iterator
+from collections.abc import Awaitable, Callable, Generator, Iterable, Iterator
 from contextlib import contextmanager
+from random import Random
 from typing import Any
 
 import msgspec
 import simpy
 
-from ..agents.base import AgentFailure, AgentReply, FaultReport, Observation, ToolCall
-from ..scenarios.base import EpisodeContext, Scenario, ScenarioSet, ToolResult
-from ..users.base import UserReply, Verdict
+from .contracts import (Agent, AgentFailure, AgentReply, EpisodeContext, FaultReport, Observation, Scenario,
+                        ScenarioSet, ToolCall, ToolResult, ToolSpec, User, UserReply, Verdict, World)
 from .driver import Driver
-from .events import (AgentTurn, EpisodeEnded, EpisodeStarted, Event, Fault, ToolCalled,
-                     ToolReturned, UserTurn)
+from .events import AgentTurn, EpisodeEnded, EpisodeStarted, Event, Fault, ToolCalled, ToolReturned, UserTurn
 from .seeding import episode_seed, episode_streams, stream
+from .tape import Divergence, Tape
 from .timing import Arrivals, Delay
 
+Outcome = tuple[str, str, dict[str, Any]]  # an episode's outcome, reason and reward, as episode_ended logs them
 
-class RunSettings(msgspec.Struct, kw_only=True):
-    """Everything that shapes a batch besides the user, the agent and the scenarios."""
+
+class BatchSettings(msgspec.Struct, kw_only=True):
+    """The knobs a ``Batch`` runs with, parsed: the master seed, limits, timing models and arrivals.
+
+    A run's ``session.RunConfig`` is what its user asked for, as typed and recorded in the manifest and in
+    ``run_started``; ``session.validate`` parses it into these. Which episodes to run is not a setting:
+    they are the jobs given to ``Batch.run``.
+    """
 
     seed: int = 0
-    episodes: int = 10
     concurrency: int = 32
     max_turns: int = 50
     max_tool_rounds: int = 8
@@ -73,12 +78,8 @@ class Sink:
 _now_ns = time.time_ns
 
 
-class Divergence(Exception):
-    """A re-run of a logged episode prefix produced a different event than the log holds."""
-
-
 class Job(msgspec.Struct):
-    """One episode to run: its index in the run, and its logged prefix when resuming."""
+    """One episode to run: its index in the run, and its logged prefix when resuming (see ``engine.tape``)."""
 
     index: int
     tape: list[Event] = []
@@ -90,30 +91,54 @@ def episode_id(index: int) -> str:
 
 
 class _Recorder:
-    """Stamps one episode's events with the envelope, checks them against the tape, and sinks them.
+    """One episode's side of the log: its envelope (run, episode, ``seq`` and the episode's own clock ``t``), its
+    tape, and the turns waiting for the sink.
 
-    The episode loop's turn events wait in ``pending`` and reach the sink together (one call instead of
-    one per event) when the loop hands over to the slow paths (``take``): before anything else is recorded
-    and before the episode waits on anything, so the log keeps simpy's order of events.
+    The episode loop stamps each turn with ``seq`` and ``t``, hands it to the recorder's ``turn_taker()`` and
+    advances ``seq``. Pending turns reach the sink together, one call instead of one per turn: before anything
+    else is recorded and before the episode waits on anything, so the log keeps simpy's order.
     """
 
     __slots__ = ("run", "ep", "env", "sink", "tape", "seq", "t", "pending")
 
-    def __init__(self, run: str, ep: str, env: simpy.Environment, sink: Sink, tape: list[Event]) -> None:
+    def __init__(self, run: str, ep: str, env: simpy.Environment, sink: Sink, tape: Tape) -> None:
         self.run, self.ep, self.env, self.sink, self.tape, self.seq = run, ep, env, sink, tape, 0
         self.t = env.now
-        self.pending: list[Event] = []  # the same list throughout: the episode loop appends to it
+        self.pending: list[Event] = []
 
-    def take(self, seq: int, t: float) -> None:
-        """Take over from the episode loop: its seq and t, and its pending events, which are sunk now."""
-        self.seq, self.t = seq, t
-        if self.pending:
+    def turn_taker(self) -> Callable[[UserTurn | AgentTurn], None]:
+        """What takes the episode loop's turns: for a new episode the pending list's own append (a turn then
+        costs no Python call), for a resumed one ``retake``."""
+        return self.retake if self.tape.end else self.pending.append
+
+    def retake(self, event: UserTurn | AgentTurn) -> None:
+        """Take a turn of a resumed episode: checked against the tape while it lasts, else pending."""
+        if event.seq < self.tape.end:
+            self.tape.check(event)
+        else:
+            self.pending.append(event)
+
+    def record(self, event: Event) -> Any:
+        """Record any other event built with this recorder's seq and t: checked against the tape while it
+        lasts, else sunk after the pending turns."""
+        if self.seq < self.tape.end:
+            self.tape.check(event)
+        else:
             self.flush()
+            self.sink.append(event)
+        self.seq += 1
+        return event
+
+    def emit(self, cls: type[Event], **payload: Any) -> Any:
+        """Build an event of ``cls`` stamped with this episode's envelope, and record it."""
+        return self.record(cls(run=self.run, ep=self.ep, seq=self.seq, t=self.t, wall=_now_ns(), **payload))
 
     def flush(self) -> None:
-        """Sink the pending events; if the sink refuses one (it cannot be encoded), the events before it are
+        """Sink the pending turns; if the sink refuses one (it cannot be encoded), the turns before it are
         kept, it and those after it dropped, seq and t go back to it, and _Unlogged says why."""
         pending = self.pending
+        if not pending:
+            return
         try:
             self.sink.append_many(pending)
         except Exception as exc:
@@ -128,73 +153,12 @@ class _Recorder:
             raise exc
         pending.clear()
 
-    def sync(self) -> Generator[Any, Any, None]:
-        """Bring simpy's clock up to this episode's clock before touching anything shared."""
-        if self.t > self.env.now:
-            yield self.env.timeout(self.t - self.env.now)
-
-    def catch_up(self, seq: int, t: float) -> None:
-        """After an exception: take the hot loop's seq and t if they ran ahead of this recorder's.
-
-        Both only grow, and whichever side (hot loop or slow path) raised holds the latest values.
-        """
-        if seq > self.seq:
-            self.seq = seq
-        if t > self.t:
-            self.t = t
-
-    @property
-    def replaying(self) -> bool:
-        return self.seq < len(self.tape)
-
-    def emit(self, cls: type[Event], **payload: Any) -> Any:
-        """Build an event of ``cls`` stamped with this episode's envelope, and record it."""
-        return self.record(cls(run=self.run, ep=self.ep, seq=self.seq, t=self.t, wall=_now_ns(), **payload))
-
-    def record(self, event: Event) -> Any:
-        """Sink ``event`` (built with this recorder's seq and t), or check it against the tape."""
-        if self.seq < len(self.tape):
-            logged = self.tape[self.seq]
-            if msgspec.structs.replace(event, t=logged.t, wall=logged.wall) != logged:
-                raise Divergence(f"event {self.seq} differs from the log: expected {type(logged).__name__}, "
-                                 f"re-run gave {type(event).__name__}")
-            event = logged
-        else:
-            assert not self.pending, "the episode loop hands its events over before anything else is recorded"
-            self.sink.append(event)
-        self.seq += 1
-        return event
-
-    def taped_agent_step(self) -> AgentReply | None:
-        """The agent's next step read back from the tape (for agents that cannot be re-run)."""
-        tape, i = self.tape, self.seq
-        faults = []
-        while i < len(tape) and isinstance(tape[i], Fault) and tape[i].who == "agent":
-            faults.append(FaultReport(kind=tape[i].kind, detail=tape[i].detail, attempt=tape[i].attempt))
-            i += 1
-        calls = []
-        while i < len(tape) and isinstance(tape[i], (ToolCalled, ToolReturned)):
-            if isinstance(tape[i], ToolCalled):
-                calls.append(ToolCall(service=tape[i].service, method=tape[i].method,
-                                      parameters=tape[i].parameters, call_id=tape[i].call_id))
-            i += 1
-        if calls:
-            return AgentReply(tool_calls=calls, faults=faults)
-        if i < len(tape) and isinstance(tape[i], AgentTurn):
-            turn = tape[i]
-            return AgentReply(utterance=turn.utterance, frames=turn.frames, state=turn.state, end=turn.end,
-                              usage=turn.usage, cost=turn.cost, action=turn.action, latency=turn.latency,
-                              faults=faults)
-        if i < len(tape) and isinstance(tape[i], EpisodeEnded) and faults:
-            raise AgentFailure(faults[-1].detail, faults)
-        return None
-
 
 class Batch:
     """Runs a list of jobs on one simpy clock with at most ``concurrency`` episodes at a time."""
 
-    def __init__(self, *, run_id: str, scenarios: ScenarioSet, make_user: Callable[[], Any],
-                 make_agent: Callable[[], Any], settings: RunSettings, sink: Sink, user_spec: str = "",
+    def __init__(self, *, run_id: str, scenarios: ScenarioSet, make_user: Callable[[], User],
+                 make_agent: Callable[[], Agent], settings: BatchSettings, sink: Sink, user_spec: str = "",
                  agent_spec: str = "", on_episode_end: Callable[[EpisodeEnded], None] | None = None) -> None:
         self.run_id = run_id
         self.scenarios = scenarios
@@ -206,11 +170,16 @@ class Batch:
         self.agent_spec = agent_spec
         self.on_episode_end = on_episode_end
         self.timed = settings.think.draws or settings.latency.draws  # the episodes need a timing stream
+        # a scenario set's optional parts, with the defaults engine/contracts.py documents
+        self.world: Callable[[Scenario, Random], World] = getattr(scenarios, "world", None) or _no_world
+        self.tools: Callable[[Scenario], list[ToolSpec]] = getattr(scenarios, "tools", None) or _no_tools
+        self.judge: Callable[[Scenario, list, list[Event]], str | None] | None = getattr(scenarios, "judge", None)
         self.env = simpy.Environment(initial_time=0.0)  # a float clock: t is always encoded as a float
         self.driver = Driver(self.env, before_wait=getattr(sink, "commit", None))
 
     async def run(self, jobs: Iterable[Job]) -> None:
         """Run every job to its ``episode_ended``; raises Interrupted when stopped."""
+        # Resumed episodes first, in the order they started, so that each starts at its logged time.
         jobs = sorted(jobs, key=lambda j: (not j.tape, j.tape[0].t if j.tape else 0.0, j.index))
         if self.settings.arrivals.kind == "poisson":
             self.env.process(self._poisson(jobs))
@@ -238,254 +207,239 @@ class Batch:
             yield slot
             yield from self._episode(job)
 
-    def _call(self, rec: _Recorder, awaitable: Any, due: float) -> Generator[Any, Any, Any]:
-        """Start an awaitable at this episode's virtual time and take its result at virtual time ``due``."""
-        yield from rec.sync()
-        future, wake = self.driver.start(awaitable, due)
-        yield wake
-        return future.result()
-
     def _episode(self, job: Job) -> Generator[Any, Any, None]:
-        env, settings = self.env, self.settings
-        if job.tape and job.tape[0].t > env.now:
-            yield env.timeout(job.tape[0].t - env.now)
-        scenario, trial = self.scenarios.draw(job.index, settings.seed)
-        seed = episode_seed(settings.seed, scenario.id, trial)
-        run_id, ep, sink = self.run_id, episode_id(job.index), self.sink
-        rec = _Recorder(run_id, ep, env, sink, job.tape)
+        """One episode from its ``episode_started`` to its ``episode_ended``."""
+        env, seed = self.env, self.settings.seed
+        tape = Tape(job.tape)
+        if tape.start > env.now:  # a resumed episode starts when its log says it did
+            yield env.timeout(tape.start - env.now)
+        scenario, trial = self.scenarios.draw(job.index, seed)
+        seed = episode_seed(seed, scenario.id, trial)
+        run_id, ep = self.run_id, episode_id(job.index)
+        rec = _Recorder(run_id, ep, env, self.sink, tape)
+        # Built here rather than by rec.emit, whose **payload costs a few thousand instructions more.
         rec.record(EpisodeStarted(run=run_id, ep=ep, seq=rec.seq, t=rec.t, wall=_now_ns(), scenario_id=scenario.id,
                                   trial=trial, seed=seed, user=self.user_spec, agent=self.agent_spec,
                                   scenario={"id": scenario.id, "kind": scenario.kind, "data": scenario.data}))
-        # The dialogue is a generator of its own so that its user, agent, world, streams and history are
-        # freed when it returns: an episode waiting for the clock to reach its end holds next to nothing,
-        # and the next episode reuses memory that is still in the cache.
         (kind, reason, reward), turns = yield from self._dialogue(rec, scenario, seed)
-        if rec.t > env.now:  # rec.sync(), without a generator of its own
-            yield env.timeout(rec.t - env.now)
+        if rec.t > env._now:  # simpy's clock up to the episode's end (env._now is env.now without its property)
+            yield env.timeout(rec.t - env._now)
         ended = rec.record(EpisodeEnded(run=run_id, ep=ep, seq=rec.seq, t=rec.t, wall=_now_ns(), outcome=kind,
                                         reason=reason, turns=turns, reward=reward))
-        sink.episode_done()
+        self.sink.episode_done()
         if self.on_episode_end is not None:
             self.on_episode_end(ended)
 
-    def _dialogue(self, rec: _Recorder, scenario: Scenario,
-                  seed: int) -> Generator[Any, Any, tuple[tuple[str, str, dict[str, Any]], int]]:
+    def _dialogue(self, rec: _Recorder, scenario: Scenario, seed: int) -> Generator[Any, Any, tuple[Outcome, int]]:
         """The episode between its start and end events: its outcome and the number of turns taken."""
-        env, settings = self.env, self.settings
-        run_id, ep = rec.run, rec.ep
-        user_rng, agent_rng, world_rng, timing = episode_streams(seed, self.timed)
-        tools = self.scenarios.tools(scenario)
-        outcome: tuple[str, str, dict[str, Any]] | None = None
-        turn = 0
-        user = None
-        seq, t = rec.seq, rec.t
+        # A generator of its own so that the dialogue's user, agent, world, streams and history are freed
+        # when it returns: an episode waiting for the clock to reach its end holds next to nothing, and the
+        # next episode reuses memory that is still in the cache.
+        dialogue = _Dialogue(self, rec, scenario, seed)
         try:
-            user = self.make_user()
-            agent = self.make_agent()
-            world = self.scenarios.world(scenario, world_rng)
-            user.start(EpisodeContext(episode_id=ep, scenario=scenario, tools=tools, rng=user_rng, seed=seed))
-            agent.start(EpisodeContext(episode_id=ep, scenario=scenario.agent_view(), tools=tools, rng=agent_rng,
-                                       seed=seed))
-            history: list[Event] = []
-            remember = history.append
-            think, latency_model, max_turns = settings.think.sample, settings.latency.sample, settings.max_turns
-            user_respond, agent_respond = user.respond, agent.respond
-            replay_agent = not getattr(agent, "deterministic", True)  # the protocol default
-            pend, tape_len = rec.pending.append, len(rec.tape)
-            start_call = self.driver.start
-            # The hot path: seq and t live in locals and go back to rec (the slow paths' state) around
-            # every slow-path call and when the loop ends (rec.take, which also sinks the turns built here).
-            spoken: AgentTurn | None = None  # what the user answers: nothing, to open the episode
-            while True:
-                try:
-                    reply = user_respond(spoken)
-                except Exception as exc:
-                    reply = _Raised(exc)
-                if reply is not None and type(reply) is not UserReply:
-                    rec.take(seq, t)
-                    reply = yield from self._user_step(rec, user, reply)
-                    seq, t = rec.seq, rec.t
-                if reply is None:
-                    outcome = _verdict(user, "abandoned", "the user left without a word")
-                    break
-                t += reply.think if reply.think is not None else think(timing)
-                said = UserTurn(run=run_id, ep=ep, seq=seq, t=t, wall=_now_ns(), turn=turn,
-                                utterance=reply.utterance, frames=reply.frames, end=reply.end,
-                                reaction=reply.reaction)
-                if seq < tape_len:
-                    rec.seq, rec.t = seq, t
-                    said = rec.record(said)
-                else:
-                    pend(said)
-                seq += 1
-                remember(said)
-                turn += 1
-                # Sampled before the call: a live agent's reply is due at a fixed virtual time.
-                latency = latency_model(timing)
-                # Fast path: a plain reply without tool calls or faults needs no generator of its own.
-                obs = Observation(user=said, history=history, tool_results=[], turn_index=turn)
-                if replay_agent and seq < tape_len:
-                    first = _MISSING
-                else:
-                    try:
-                        first = agent_respond(obs)
-                    except Exception as exc:
-                        first = _Raised(exc)
-                due = t + latency
-                if type(first) is not AgentReply and hasattr(first, "__await__"):
-                    # A live call, started and taken as _call does but without its generators; whatever the
-                    # answer is (tool calls, faults, an error) goes on to the slow path already resolved.
-                    try:
-                        rec.take(seq, t)
-                    except _Unlogged:
-                        _abandon(first)
-                        raise
-                    if t > env._now:  # env._now is env.now without its property, as the driver reads it
-                        yield env.timeout(t - env._now)
-                    future, wake = start_call(first, due)
-                    yield wake
-                    due = env._now
-                    try:
-                        first = future.result()
-                    except Exception as exc:
-                        first = _Raised(exc)
-                if type(first) is AgentReply and not first.tool_calls and not first.faults:
-                    answer = first
-                else:
-                    rec.take(seq, t)
-                    answer = yield from self._agent_turn(rec, agent, world, obs, history, first, due)
-                    seq, t, tape_len = rec.seq, rec.t, len(rec.tape)
-                if answer.latency is not None:  # a live agent's measured latency, when it reports one
-                    latency = answer.latency
-                t += latency
-                spoken = AgentTurn(run=run_id, ep=ep, seq=seq, t=t, wall=_now_ns(), turn=turn,
-                                   utterance=answer.utterance, frames=answer.frames, state=answer.state,
-                                   tagged_slots=answer.tagged_slots, end=answer.end, latency=latency,
-                                   usage=answer.usage, cost=answer.cost, action=answer.action)
-                if seq < tape_len:
-                    rec.seq, rec.t = seq, t
-                    spoken = rec.record(spoken)
-                else:
-                    pend(spoken)
-                seq += 1
-                remember(spoken)
-                turn += 1
-                if said.end or spoken.end:
-                    outcome = _verdict(user, judge=self._judge(scenario, history))
-                    break
-                if turn >= max_turns:
-                    outcome = ("max_turns", f"reached the limit of {max_turns} turns", {})
-                    break
-            rec.take(seq, t)
-        except _EpisodeError as exc:
-            outcome = ("error", exc.reason, {})
-        except Divergence as exc:
-            rec.catch_up(seq, t)
-            rec.tape = rec.tape[: rec.seq]  # stop checking: record what happened from here on
-            rec.emit(Fault, who="engine", kind="divergence", detail=str(exc))
-            outcome = ("error", f"resume diverged from the log: {exc}", {})
+            dialogue.start()
+            outcome, turns = yield from dialogue.turns()
+            rec.flush()
         except Exception as exc:  # a bug in a user, agent or world must not sink the batch
-            if type(exc) is not _Unlogged:  # first the turns built before the error
-                rec.catch_up(seq, t)
-                try:
-                    rec.flush()
-                except _Unlogged as unlogged:  # one of them the log cannot take: that failure came first
-                    exc = unlogged
-            if type(exc) is _Unlogged:  # the episode ends in place of that turn (rec went back to it)
-                exc, turn = exc.cause, exc.event.turn
-            rec.emit(Fault, who="engine", kind="exception", detail=_describe(exc))
-            outcome = ("error", f"engine error: {_describe(exc)}", {})
-        return outcome, turn
+            outcome, turns = dialogue.failed(exc)
+        return outcome, turns
 
-    def _judge(self, scenario: Scenario, history: list[Event]) -> Callable[[list], str | None] | None:
-        """The scenario set's judge of a user's claims against this episode's events, if it has one."""
-        judge = getattr(self.scenarios, "judge", None)
+
+class _Dialogue:
+    """One episode's dialogue: its user, agent and world, the turns so far, and the steps of a turn."""
+
+    __slots__ = ("batch", "rec", "scenario", "seed", "streams", "timing", "tools", "user", "agent", "read_back",
+                 "world", "history")
+
+    def __init__(self, batch: Batch, rec: _Recorder, scenario: Scenario, seed: int) -> None:
+        self.batch, self.rec, self.scenario, self.seed = batch, rec, scenario, seed
+        self.streams = episode_streams(seed, batch.timed)  # user, agent, world, timing
+        self.timing = self.streams[3]
+        self.tools = batch.tools(scenario)
+        self.history: list[Event] = []  # the turns and tool events so far: what the agent observes
+
+    def start(self) -> None:
+        """Make the user, the agent and the world, and tell the user and the agent that the episode starts."""
+        batch, ep, scenario, seed, tools = self.batch, self.rec.ep, self.scenario, self.seed, self.tools
+        user_rng, agent_rng, world_rng, _ = self.streams
+        self.user = user = batch.make_user()
+        self.agent = agent = batch.make_agent()
+        self.world = batch.world(scenario, world_rng)
+        start = getattr(user, "start", None)
+        if start is not None:
+            start(EpisodeContext(episode_id=ep, scenario=scenario, tools=tools, rng=user_rng, seed=seed))
+        start = getattr(agent, "start", None)
+        if start is not None:
+            start(EpisodeContext(episode_id=ep, scenario=scenario.agent_view(), tools=tools, rng=agent_rng,
+                                 seed=seed))
+        self.read_back = not getattr(agent, "deterministic", True)  # the protocol's default
+
+    def turns(self) -> Generator[Any, Any, tuple[Outcome, int]]:
+        """User and agent take turns until the user leaves or ends, the agent ends, or the turn limit: the
+        outcome, and the number of turns taken."""
+        # The hot path: the steps of a turn are written out, as a method called per turn would add about 4%
+        # to the instructions of an episode of bench/bench_engine.py; only a live call, or an answer with tool
+        # calls or faults, hands over to a method. seq and t live in locals, written through to the recorder,
+        # so that the recorder is current whenever a method (or an error) takes over.
+        rec, history, timing, env = self.rec, self.history, self.timing, self.batch.env
+        run, ep, remember, ask_user = rec.run, rec.ep, history.append, self.user.respond
+        ask_agent = self.ask_agent if self.read_back else self.agent.respond  # a deterministic agent directly
+        settings = self.batch.settings
+        think, latency_of, max_turns = settings.think.sample, settings.latency.sample, settings.max_turns
+        take, seq, t, turn = rec.turn_taker(), rec.seq, rec.t, 0
+        spoken: AgentTurn | None = None  # what the user answers: nothing, to open the episode
+        while True:
+            # The user's turn: its reply (a live user's awaited), spoken after its thinking time.
+            try:
+                reply = ask_user(spoken)
+            except Exception as exc:
+                raise _failure("user", exc) from None
+            if type(reply) is not UserReply and hasattr(reply, "__await__"):
+                reply = yield from self.call(reply, t, "user")
+            if reply is None:
+                return _verdict(self.user, "abandoned", "the user left without a word"), turn
+            rec.t = t = t + (reply.think if reply.think is not None else think(timing))
+            said = UserTurn(run=run, ep=ep, seq=seq, t=t, wall=_now_ns(), turn=turn, utterance=reply.utterance,
+                            frames=reply.frames, end=reply.end, reaction=reply.reaction)
+            take(said)
+            rec.seq = seq = seq + 1
+            remember(said)
+            turn += 1
+            # The agent's turn: its latency is drawn first, as a live agent's answer is due when it has passed.
+            latency = latency_of(timing)
+            obs = Observation(user=said, history=history, tool_results=[], turn_index=turn)
+            try:
+                answer = ask_agent(obs)
+            except Exception as exc:
+                raise _failure("agent", exc) from None
+            due = t + latency
+            if type(answer) is not AgentReply and hasattr(answer, "__await__"):
+                answer = yield from self.call(answer, due, "agent")
+                due = env._now  # calls after tool rounds are due at once
+            if type(answer) is not AgentReply or answer.tool_calls or answer.faults:
+                answer = yield from self.tool_rounds(obs, answer, due)
+                seq = rec.seq  # after the tool events
+            if answer.latency is not None:  # a live agent's measured latency
+                latency = answer.latency
+            rec.t = t = t + latency
+            spoken = AgentTurn(run=run, ep=ep, seq=seq, t=t, wall=_now_ns(), turn=turn, utterance=answer.utterance,
+                               frames=answer.frames, state=answer.state, tagged_slots=answer.tagged_slots,
+                               end=answer.end, latency=latency, usage=answer.usage, cost=answer.cost,
+                               action=answer.action)
+            take(spoken)
+            rec.seq = seq = seq + 1
+            remember(spoken)
+            turn += 1
+            if said.end or spoken.end:
+                return _verdict(self.user, judge=self.judge()), turn
+            if turn >= max_turns:
+                return ("max_turns", f"reached the limit of {max_turns} turns", {}), turn
+
+    def ask_agent(self, obs: Observation) -> AgentReply | Awaitable[AgentReply]:
+        """The agent's answer to ``obs`` as it comes (a reply or a live call); an agent that cannot be re-run is
+        not asked while the tape lasts: its answer is read back from it."""
+        rec = self.rec
+        if self.read_back and rec.seq < rec.tape.end:
+            taped = rec.tape.agent_step(rec.seq)
+            if taped is not None:
+                return taped
+        return self.agent.respond(obs)
+
+    def tool_rounds(self, obs: Observation, answer: Any, due: float) -> Generator[Any, Any, AgentReply]:
+        """The agent's turn from an answer that is not a plain reply: its reported faults are logged, its tool
+        calls run and it is asked again, until it answers without tool calls.
+
+        A live call after a tool round is due at once: virtual time stands still for tool rounds.
+        """
+        limit = self.batch.settings.max_tool_rounds
+        rounds = 0
+        while True:
+            if type(answer) is not AgentReply and hasattr(answer, "__await__"):
+                answer = yield from self.call(answer, due, "agent")
+                due = self.batch.env._now
+            for f in answer.faults:
+                self.rec.emit(Fault, who="agent", kind=f.kind, detail=f.detail, attempt=f.attempt)
+            if not answer.tool_calls:
+                return answer
+            obs = self.run_tools(obs, answer.tool_calls)
+            rounds += 1
+            if rounds > limit:
+                raise _EpisodeError(f"agent exceeded {limit} tool rounds in one turn", "agent",
+                                    [FaultReport(kind="limit", detail=f"more than {limit} tool rounds in one turn")])
+            try:
+                answer = self.ask_agent(obs)
+            except Exception as exc:
+                raise _failure("agent", exc) from None
+
+    def run_tools(self, obs: Observation, calls: list[ToolCall]) -> Observation:
+        """Run one round of tool calls against the world, logging each call and what it returned: ``obs``
+        with the results."""
+        rec, history = self.rec, self.history
+        results: list[ToolResult] = []
+        for n, call in enumerate(calls):
+            call_id = call.call_id or f"{rec.ep}-{rec.seq}-{n}"
+            history.append(rec.emit(ToolCalled, call_id=call_id, service=call.service, method=call.method,
+                                    parameters=call.parameters))
+            try:
+                rows, error = self.world.call(call.service, call.method, call.parameters)
+            except Exception as exc:  # the agent hears that the tool failed; the episode goes on
+                rec.emit(Fault, who="tool", kind="exception", detail=_describe(exc))
+                rows, error = None, f"tool failed: {_describe(exc)}"
+            history.append(rec.emit(ToolReturned, call_id=call_id, results=rows, error=error))
+            results.append(ToolResult(call_id=call_id, results=rows, error=error))
+        return Observation(user=obs.user, history=history, tool_results=results, turn_index=obs.turn_index)
+
+    def call(self, call: Awaitable[Any], due: float, who: str) -> Generator[Any, Any, Any]:
+        """The answer of a live user or agent (``who``): the call starts at the episode's virtual time, and
+        its answer is taken at virtual time ``due`` (see engine/driver.py)."""
+        rec, env = self.rec, self.batch.env
+        try:
+            rec.flush()  # the pending turns go to the log before the episode waits
+        except _Unlogged:
+            _abandon(call)
+            raise
+        if rec.t > env._now:  # simpy's clock up to the episode's (env._now is env.now without its property)
+            yield env.timeout(rec.t - env._now)
+        future, wake = self.batch.driver.start(call, due)
+        yield wake
+        try:
+            return future.result()
+        except Exception as exc:
+            raise _failure(who, exc) from None
+
+    def judge(self) -> Callable[[list], str | None] | None:
+        """The scenario set's judge of the user's claims against this episode's events, if it has one."""
+        judge, scenario, history = self.batch.judge, self.scenario, self.history
         if judge is None:
             return None
         return lambda claims: judge(scenario, claims, history)
 
-    def _user_step(self, rec: _Recorder, user: Any, first: Any) -> Generator[Any, Any, Any]:
-        """Finish a user step whose first result was not a plain reply: an awaitable or an exception."""
-        try:
-            reply = _unwrap(first)
-            if hasattr(reply, "__await__"):
-                reply = yield from self._call(rec, reply, rec.t)
-            return reply
-        except Exception as exc:
-            rec.emit(Fault, who="user", kind="exception", detail=_describe(exc))
-            raise _EpisodeError(f"user failed: {_describe(exc)}") from None
-
-    def _agent_turn(self, rec: _Recorder, agent: Any, world: Any, obs: Observation, history: list[Event],
-                    first: Any, due: float) -> Generator[Any, Any, AgentReply]:
-        """The agent's turn with everything the fast path skips: awaitables, tool rounds, faults, replay.
-
-        The first live call of the turn is due when the turn's modelled latency has passed; calls after
-        tool rounds are due at once (the engine's virtual time stands still for them).
-        """
-        for _ in range(self.settings.max_tool_rounds + 1):
+    def failed(self, exc: Exception) -> tuple[Outcome, int]:
+        """Log the faults of an episode that ``exc`` ended: its outcome, and the number of turns taken."""
+        rec = self.rec
+        if type(exc) is not _Unlogged:
             try:
-                if first is _MISSING:
-                    replay = rec.seq < len(rec.tape) and not getattr(agent, "deterministic", True)
-                    answer = rec.taped_agent_step() if replay else None
-                    if answer is None:
-                        answer = agent.respond(obs)
-                else:
-                    answer, first = _unwrap(first), _MISSING
-                if hasattr(answer, "__await__"):
-                    answer = yield from self._call(rec, answer, due)
-                    due = self.env.now
-            except AgentFailure as exc:
-                for f in exc.faults:
-                    rec.emit(Fault, who="agent", kind=f.kind, detail=f.detail, attempt=f.attempt)
-                raise _EpisodeError(f"agent failed: {exc.detail}") from None
-            except Exception as exc:
-                rec.emit(Fault, who="agent", kind="exception", detail=_describe(exc))
-                raise _EpisodeError(f"agent failed: {_describe(exc)}") from None
-            for f in answer.faults:
-                rec.emit(Fault, who="agent", kind=f.kind, detail=f.detail, attempt=f.attempt)
-            if not answer.tool_calls:
-                return answer
-            results: list[ToolResult] = []
-            for n, call in enumerate(answer.tool_calls):
-                call_id = call.call_id or f"{rec.ep}-{rec.seq}-{n}"
-                history.append(rec.emit(ToolCalled, call_id=call_id, service=call.service, method=call.method,
-                                        parameters=call.parameters))
-                try:
-                    rows, error = world.call(call.service, call.method, call.parameters)
-                except Exception as exc:
-                    rec.emit(Fault, who="tool", kind="exception", detail=_describe(exc))
-                    rows, error = None, f"tool failed: {_describe(exc)}"
-                history.append(rec.emit(ToolReturned, call_id=call_id, results=rows, error=error))
-                results.append(ToolResult(call_id=call_id, results=rows, error=error))
-            obs = Observation(user=obs.user, history=history, tool_results=results, turn_index=obs.turn_index)
-        rec.emit(Fault, who="agent", kind="limit",
-                 detail=f"more than {self.settings.max_tool_rounds} tool rounds in one turn")
-        raise _EpisodeError(f"agent exceeded {self.settings.max_tool_rounds} tool rounds in one turn")
+                rec.flush()  # the turns taken before the error
+            except _Unlogged as unlogged:  # one of them the log cannot take: that failure came first
+                exc = unlogged
+        if type(exc) is _Unlogged:  # the episode ends in place of that turn (the recorder went back to it)
+            turns = exc.event.turn
+        else:
+            turns = sum(1 for e in self.history if type(e) is UserTurn or type(e) is AgentTurn)
+        if type(exc) is Divergence:
+            rec.tape.cut(rec.seq)  # stop checking: record what happened from here on
+        error = _episode_error(exc)
+        for f in error.faults:
+            rec.emit(Fault, who=error.who, kind=f.kind, detail=f.detail, attempt=f.attempt)
+        return ("error", error.reason, {}), turns
 
 
-class _Raised:
-    """An exception a user or agent raised on the fast path, carried to the slow path that reports it."""
+class _EpisodeError(Exception):
+    """What ends an episode with outcome error: the reason, and the faults of ``who`` that log it."""
 
-    __slots__ = ("exc",)
-
-    def __init__(self, exc: Exception) -> None:
-        self.exc = exc
-
-
-_MISSING = object()
-
-
-def _abandon(call: Any) -> None:
-    """Drop a live call that will not be waited for: cancel a future, close a coroutine."""
-    stop = getattr(call, "cancel", None) or getattr(call, "close", None)
-    if stop is not None:
-        stop()
-
-
-def _unwrap(result: Any) -> Any:
-    if type(result) is _Raised:
-        raise result.exc
-    return result
+    def __init__(self, reason: str, who: str, faults: list[FaultReport]) -> None:
+        super().__init__(reason)
+        self.reason, self.who, self.faults = reason, who, faults
 
 
 class _Unlogged(Exception):
@@ -496,16 +450,38 @@ class _Unlogged(Exception):
         self.cause, self.event = cause, event
 
 
-class _EpisodeError(Exception):
-    def __init__(self, reason: str) -> None:
-        super().__init__(reason)
-        self.reason = reason
+def _failure(who: str, exc: Exception) -> _EpisodeError:
+    """The error of an episode whose user or agent raised ``exc``; an agent that gave up reports its faults."""
+    if who == "agent" and isinstance(exc, AgentFailure):
+        return _EpisodeError(f"agent failed: {exc.detail}", who, exc.faults)
+    return _EpisodeError(f"{who} failed: {_describe(exc)}", who, [FaultReport(kind="exception", detail=_describe(exc))])
 
 
-def _verdict(user: Any, default: str | None = None, reason: str = "",
-             judge: Callable[[list], str | None] | None = None) -> tuple[str, str, dict[str, Any]]:
+def _episode_error(exc: Exception) -> _EpisodeError:
+    """Any exception that ended an episode as an _EpisodeError: a user's or an agent's, or the engine's."""
+    if type(exc) is _EpisodeError:
+        return exc
+    if type(exc) is Divergence:
+        return _EpisodeError(f"resume diverged from the log: {exc}", "engine",
+                             [FaultReport(kind="divergence", detail=str(exc))])
+    if type(exc) is _Unlogged:
+        exc = exc.cause
+    return _EpisodeError(f"engine error: {_describe(exc)}", "engine",
+                         [FaultReport(kind="exception", detail=_describe(exc))])
+
+
+def _abandon(call: Any) -> None:
+    """Drop a live call that will not be waited for: cancel a future, close a coroutine."""
+    stop = getattr(call, "cancel", None) or getattr(call, "close", None)
+    if stop is not None:
+        stop()
+
+
+def _verdict(user: User, default: str | None = None, reason: str = "",
+             judge: Callable[[list], str | None] | None = None) -> Outcome:
     """The user's verdict; a success the judge finds unbacked by the episode's events is a failure."""
-    verdict: Verdict = user.verdict()
+    judged = getattr(user, "verdict", None)
+    verdict: Verdict = judged() if judged is not None else _ENDED
     if default is not None and verdict.outcome == "success":
         return (default, reason, verdict.reward)
     if verdict.outcome == "success" and judge is not None:
@@ -513,6 +489,24 @@ def _verdict(user: Any, default: str | None = None, reason: str = "",
         if unbacked:
             return ("failure", unbacked, verdict.reward)
     return (verdict.outcome, verdict.reason, verdict.reward)
+
+
+_ENDED = Verdict(outcome="success", reason="the user ended the dialogue")  # a user without verdict()
+
+
+class _NoWorld:
+    """The world of a scenario set that has none: every call fails, naming the tool."""
+
+    def call(self, service: str, method: str, parameters: dict[str, Any]) -> tuple[None, str]:
+        return None, f"no world behind the tool {service}.{method}"
+
+
+def _no_world(scenario: Scenario, rng: Random) -> World:
+    return _NoWorld()
+
+
+def _no_tools(scenario: Scenario) -> list[ToolSpec]:
+    return []
 
 
 _GC_YOUNG = 20_000  # allocations between young-generation collections while a batch runs

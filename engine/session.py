@@ -28,7 +28,8 @@ from .errors import UserError
 from .events import EpisodeEnded, Event, RunEnded, RunStarted
 from .log import DURABILITY_CHOICES, LogWriter, RunDir, read_episodes, read_events
 from .oplog import get_logger
-from .runner import Batch, Job, RunSettings, episode_id
+from .plugins import DEFAULT_SCENARIOS
+from .runner import Batch, BatchSettings, Job, episode_id
 from .seeding import stable_hash
 from .timing import parse_arrivals, parse_delay
 
@@ -36,7 +37,12 @@ _log = get_logger("run")
 
 
 class RunConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
-    """What a run is: recorded in the manifest and in ``run_started``, and reused by ``--resume``."""
+    """What a run's user asked for, as typed: recorded in the manifest and in ``run_started``, and reused by
+    ``--resume``.
+
+    Besides the knobs of the batch (which ``validate`` parses into the engine's ``BatchSettings``), it names
+    the scenarios, the user and the agent, how many episodes to run, and the log's durability.
+    """
 
     scenarios: str = ""
     user: str = ""
@@ -78,8 +84,8 @@ def default_concurrency(make_agent: Any) -> int:
     return DEFAULT_CONCURRENCY if slots is None else EPISODES_PER_AGENT_SLOT * slots
 
 
-def validate(config: RunConfig) -> RunSettings:
-    """Check a config and turn it into engine settings; every problem is one UserError line.
+def validate(config: RunConfig) -> BatchSettings:
+    """Check a config and parse its batch knobs into the engine's settings; every problem is one UserError line.
 
     A config without a concurrency yet (a new run's, before its agent is made) gets the in-process default.
     """
@@ -94,10 +100,9 @@ def validate(config: RunConfig) -> RunSettings:
     if config.durability not in DURABILITY_CHOICES:
         raise UserError(f"--durability must be one of {', '.join(DURABILITY_CHOICES)}, got {config.durability!r}")
     _refuse_secrets(config)
-    return RunSettings(seed=config.seed, episodes=config.episodes,
-                       concurrency=config.concurrency or DEFAULT_CONCURRENCY,
-                       max_turns=config.max_turns, think=parse_delay(config.think, "--think"),
-                       latency=parse_delay(config.latency, "--latency"), arrivals=parse_arrivals(config.arrivals))
+    return BatchSettings(seed=config.seed, concurrency=config.concurrency or DEFAULT_CONCURRENCY,
+                         max_turns=config.max_turns, think=parse_delay(config.think, "--think"),
+                         latency=parse_delay(config.latency, "--latency"), arrivals=parse_arrivals(config.arrivals))
 
 
 # Query-parameter names that usually hold a credential.
@@ -116,11 +121,11 @@ def _refuse_secrets(config: RunConfig) -> None:
 
 def absolute_scenarios(spec: str) -> str:
     """A scenario spec whose pack directory is made absolute, so that --resume works from any directory."""
-    if spec and spec not in registry.known("scenarios"):
+    if spec and spec not in registry.names("scenarios"):
         if _absolute(spec) != spec:
             return _absolute(spec)
         name, arg = registry.parse_spec(spec)
-        if arg and name in registry.known("scenarios"):
+        if arg and name in registry.names("scenarios"):
             return f"{name}:{_absolute(arg)}"
     return spec
 
@@ -141,10 +146,10 @@ def start_run(out: str | Path, config: RunConfig, *, progress: bool = True) -> R
     """Run a new batch into the empty (or absent) directory ``out``."""
     settings = validate(config)
     scenarios = registry.load_scenarios(config.scenarios or None)
-    spec = absolute_scenarios(config.scenarios or registry.DEFAULT_SCENARIOS)
+    spec = absolute_scenarios(config.scenarios or DEFAULT_SCENARIOS)
     config = msgspec.structs.replace(config, scenarios=spec,
-                                     user=config.user or scenarios.default_user,
-                                     agent=config.agent or scenarios.default_agent)
+                                     user=config.user or getattr(scenarios, "default_user", "scripted"),
+                                     agent=config.agent or getattr(scenarios, "default_agent", "scripted"))
     make_user = registry.user_factory(config.user, scenarios, config.user_options)
     make_agent = registry.agent_factory(config.agent, scenarios, config.agent_options)
     if config.concurrency is None:  # chosen now and recorded, so that --resume runs as many at once
@@ -193,7 +198,7 @@ def resume_run(out: str | Path, *, progress: bool = True) -> RunResult:
 
 
 
-def _execute(run: RunDir, config: RunConfig, settings: RunSettings, scenarios: Any, make_user: Any,
+def _execute(run: RunDir, config: RunConfig, settings: BatchSettings, scenarios: Any, make_user: Any,
              make_agent: Any, jobs: list[Job], counts: Counter[str], run_seq: int, progress: bool,
              resumed: bool = False) -> RunResult:
     run_id = run.manifest["run_id"]

@@ -8,14 +8,11 @@ distinct-utterance ratios, and the distances that the realism targets are stated
 
 from __future__ import annotations
 
-import json
 from collections import Counter
-from collections.abc import Iterable, Iterator
-from pathlib import Path
+from collections.abc import Iterable
 from statistics import mean, median
 from typing import Any
 
-from .errors import UserError
 from .events import AgentTurn, EpisodeEnded, UserTurn
 
 # (speaker "USER"/"SYSTEM", utterance, act kinds, active intents of the user's frames)
@@ -53,38 +50,6 @@ def from_episode(events: list[Any]) -> Dialogue:
         elif isinstance(e, EpisodeEnded):
             outcome = e.outcome
     return Dialogue(services, turns, outcome)
-
-
-def from_sgd(d: dict[str, Any]) -> Dialogue:
-    """A dialogue of an SGD ``dialogues_NNN.json`` file as a Dialogue."""
-    turns: list[Turn] = []
-    for t in d.get("turns", []):
-        acts = [a["act"] for f in t.get("frames", []) for a in f.get("actions", [])]
-        intents = [f["state"]["active_intent"] for f in t.get("frames", [])
-                   if f.get("state") and f["state"].get("active_intent", "NONE") != "NONE"]
-        turns.append((t.get("speaker", ""), t.get("utterance", ""), acts, intents))
-    return Dialogue(list(d.get("services", [])), turns, None)
-
-
-def read_sgd_dir(path: str | Path) -> Iterator[Dialogue]:
-    """The dialogues of every ``dialogues_*.json`` in an SGD split directory."""
-    root = Path(path)
-    if not root.is_dir():
-        raise UserError(f"{root}: no such SGD dialogue directory")
-    files = sorted(root.glob("dialogues_*.json"))
-    if not files:
-        raise UserError(f"{root}: no dialogues_*.json files in it")
-    for f in files:
-        try:
-            data = json.loads(f.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise UserError(f"{f}: not readable SGD dialogues ({exc})") from None
-        if not isinstance(data, list):
-            raise UserError(f"{f}: expected a JSON list of dialogues")
-        for i, d in enumerate(data):
-            if not isinstance(d, dict) or not isinstance(d.get("turns"), list):
-                raise UserError(f"{f}: dialogue {i}: not an SGD dialogue (no 'turns' list)")
-            yield from_sgd(d)
 
 
 def _shares(counter: Counter[str]) -> dict[str, float]:

@@ -9,8 +9,7 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from ..engine.registry import register_scenarios
-from .base import Scenario, ToolSpec
+from ..engine.contracts import Scenario, ToolSpec
 
 
 def _act(act: str, slot: str = "", *values: str) -> dict[str, Any]:
@@ -123,4 +122,6 @@ class BuiltinScenarios:
         return self._tools
 
 
-register_scenarios("builtin", lambda arg: BuiltinScenarios())
+def load(arg: str | None) -> BuiltinScenarios:
+    """The ``builtin`` scenario-set plug-in (it takes no argument)."""
+    return BuiltinScenarios()

@@ -6,6 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from dialogsim.scenarios.sgd.pack import Pack, load_pack
+
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared"
 
@@ -17,3 +19,9 @@ def shared_sgd() -> Path:
     if not (path / "dev").is_dir():
         pytest.skip(f"real SGD data not found at {path} (only present on the development machines)")
     return path
+
+
+@pytest.fixture(scope="session")
+def pack() -> Pack:
+    """The bundled SGD scenario pack (package data: no ../shared needed), loaded once per test session."""
+    return load_pack()

@@ -7,11 +7,11 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 PARTS = {"engine": "dialogsim.engine", "agents": "dialogsim.agents", "users": "dialogsim.users",
-         "scenarios": "dialogsim.scenarios"}
+         "scenarios": "dialogsim.scenarios", "rl": "dialogsim.rl"}
 
 
 def test_every_package_folder_is_listed():
-    """Each folder with an __init__.py under the four parts is a listed package (or it would not install)."""
+    """Each folder with an __init__.py under the parts is a listed package (or it would not install)."""
     config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
     found = {"dialogsim"}
     for folder, name in PARTS.items():

@@ -19,10 +19,9 @@ import random
 from operator import attrgetter
 from typing import Any
 
+from ..engine.contracts import Claim, EpisodeContext, UserReply, Verdict
 from ..engine.events import Act, AgentTurn, DialogueState, Frame
-from ..scenarios.base import Claim, EpisodeContext
 from ..scenarios.sgd.nlg import OPENING
-from .base import UserReply, Verdict
 from .noise import NoiseModel
 from .understanding import Context, for_pack
 
@@ -348,6 +347,10 @@ class AgendaUser:
             svc = self._services[name] = _Service(schema)
         return svc
 
+    def intents_of(self, service: str) -> list[str]:
+        """The intents of ``service``, in schema order (what a slip of the noise model may say instead)."""
+        return self._service(service).intents
+
     def _all_done(self) -> bool:
         for s in self.subs:
             if not s.done:
@@ -506,106 +509,110 @@ class AgendaUser:
 
     def _react(self, sub: _Sub | None, by: dict[str, list[Act]]) -> tuple[list, bool]:
         """The user's acts in answer to the system's acts on the current subgoal's service (``by`` act name),
-        and whether the user ends the dialogue."""
+        and whether the user ends the dialogue: the answer to the act that matters most, in this order."""
         out: list = []
         if sub is None:  # everything settled, the system keeps talking
             return out, self._finish(out, self.subs[-1].service, True)
-        svc = sub.service
-        rng = self.rng
         for a in by.get("INFORM", ()):
             if a.canonical_values:
                 sub.row[a.slot] = a.canonical_values[0]
             if a.slot in sub.pending:
                 sub.pending.remove(a.slot)
-
         if "CONFIRM" in by:
-            wrong = []
-            for a in by["CONFIRM"]:
-                mine = self._value(sub, a.slot)
-                heard = a.canonical_values[0] if a.canonical_values else None
-                if mine is not None and not _same(mine, heard) and mine != "dontcare":
-                    wrong.append((a.slot, mine))
-            if wrong:
-                out.append((svc, "NEGATE", "", None))
-                for s, v in wrong:
-                    out.append((svc, "INFORM", s, v))
-                return out, False
-            for a in by["CONFIRM"]:
-                if a.canonical_values:
-                    sub.row[a.slot] = a.canonical_values[0]
-                    self._accept(svc, a)
-            out.append((svc, "AFFIRM", "", None))
-            if sub.pending and rng.random() < 0.5:
-                self._ask(out, sub, 2)
-            return out, False
+            end = self._confirmation(out, sub, by["CONFIRM"])
+        elif "NOTIFY_SUCCESS" in by:
+            end = self._succeeded(out, sub)
+        elif "NOTIFY_FAILURE" in by and "OFFER" not in by:
+            end = self._failed(out, sub, "REQ_MORE" in by)
+        elif "OFFER" in by:
+            end = self._offer(out, sub, by)
+        elif "REQUEST" in by:
+            end = self._requested(out, sub, by["REQUEST"])
+        elif "OFFER_INTENT" in by:
+            end = self._intent_offered(out, sub, by["OFFER_INTENT"][0].canonical_values)
+        elif "REQ_MORE" in by:
+            end = self._move_on(out, sub, True) if sub.done else self._unstick(out, sub)
+        elif "INFORM" in by and sub.offered is not None and not sub.selected:
+            end = self._decide_offer(out, sub)  # the details asked about the offer are in
+        elif "INFORM" in by and sub.done:
+            end = self._move_on(out, sub, False)
+        else:
+            end = self._unstick(out, sub)
+        return out, end
 
-        if "NOTIFY_SUCCESS" in by:
-            sub.fulfilled = True
-            sub.claim = self._claim(sub, None)
-            if sub.pending:
-                self._ask(out, sub, 2)
-                return out, False
-            return out, self._move_on(out, sub, False)
+    def _confirmation(self, out: list, sub: _Sub, confirms: list[Act]) -> bool:
+        """Correct a confirmation that got a value wrong, else affirm it (and maybe ask what is pending)."""
+        wrong = []
+        for a in confirms:
+            mine = self._value(sub, a.slot)
+            heard = a.canonical_values[0] if a.canonical_values else None
+            if mine is not None and not _same(mine, heard) and mine != "dontcare":
+                wrong.append((a.slot, mine))
+        svc = sub.service
+        if wrong:
+            out.append((svc, "NEGATE", "", None))
+            for s, v in wrong:
+                out.append((svc, "INFORM", s, v))
+            return False
+        for a in confirms:
+            if a.canonical_values:
+                sub.row[a.slot] = a.canonical_values[0]
+                self._accept(svc, a)
+        out.append((svc, "AFFIRM", "", None))
+        if sub.pending and self.rng.random() < 0.5:
+            self._ask(out, sub, 2)
+        return False
 
-        if "NOTIFY_FAILURE" in by and "OFFER" not in by:
-            return out, self._failed(out, sub, "REQ_MORE" in by)
+    def _succeeded(self, out: list, sub: _Sub) -> bool:
+        """The booking is made: ask what is still pending, else move on."""
+        sub.fulfilled = True
+        sub.claim = self._claim(sub, None)
+        if sub.pending:
+            self._ask(out, sub, 2)
+            return False
+        return self._move_on(out, sub, False)
 
-        if "OFFER" in by:
-            return out, self._offer(out, sub, by)
+    def _requested(self, out: list, sub: _Sub, requests: list[Act]) -> bool:
+        """Answer the system's questions: affirm a value it proposes that suits, else inform the user's own (a
+        fallback when the goal has none), and maybe volunteer more."""
+        svc = sub.service
+        for a in requests:
+            mine = self._value(sub, a.slot)
+            if a.canonical_values and (mine is None or _same(mine, a.canonical_values[0])):
+                out.append((svc, "AFFIRM", "", None))
+                sub.constraints.setdefault(a.slot, a.canonical_values[0])
+                self._accept(svc, a)
+                continue
+            if mine is None:
+                mine = self._fallback(sub, a.slot)
+                sub.constraints[a.slot] = mine
+            out.append((svc, "INFORM", a.slot, mine))
+        self._pop_volunteers(out, sub, 2)
+        return False
 
-        if "REQUEST" in by:
-            for a in by["REQUEST"]:
-                mine = self._value(sub, a.slot)
-                if a.canonical_values and (mine is None or _same(mine, a.canonical_values[0])):
-                    out.append((svc, "AFFIRM", "", None))
-                    sub.constraints.setdefault(a.slot, a.canonical_values[0])
-                    self._accept(svc, a)
-                    continue
-                if mine is None:
-                    mine = self._fallback(sub, a.slot)
-                    sub.constraints[a.slot] = mine
-                out.append((svc, "INFORM", a.slot, mine))
-            self._pop_volunteers(out, sub, 2)
-            return out, False
-
-        if "OFFER_INTENT" in by:
-            offered = by["OFFER_INTENT"][0].canonical_values
-            nxt = self.subs[self.idx + 1] if self.idx + 1 < len(self.subs) else None
-            if sub.done and nxt is not None and nxt.service == svc and offered and nxt.intent == offered[0]:
-                self._activate(self.idx + 1)
-                self.agenda.pop()
-                out.append((svc, "AFFIRM_INTENT", "", None))
-                self._pop_volunteers(out, nxt, 2)
-                return out, False
-            out.append((svc, "NEGATE_INTENT", "", None))
-            if sub.fulfilled and sub.pending:
-                self._ask(out, sub, 2)
-            elif sub.done:
-                if nxt is None:
-                    self.idx = len(self.subs)
-                    if rng.random() < 0.3:
-                        out.append((svc, "GOODBYE", "", None))
-                        return out, True
-                elif rng.random() < 0.5:
-                    return out, self._open_next(out)
-            return out, False
-
-        if "REQ_MORE" in by:
-            if sub.done:
-                return out, self._move_on(out, sub, True)
-            return out, self._unstick(out, sub)
-
-        if "INFORM" in by:
-            if sub.offered is not None and not sub.selected:
-                return out, self._decide_offer(out, sub)
-            if sub.done:
-                return out, self._move_on(out, sub, False)
-            if sub.pending and sub.fulfilled:
-                self._ask(out, sub, 2)
-                return out, False
-        if not out:
-            return out, self._unstick(out, sub)
-        return out, False
+    def _intent_offered(self, out: list, sub: _Sub, offered: list[str]) -> bool:
+        """Take an offered intent that is the next subgoal's, else refuse it and ask, open the next subgoal or
+        close."""
+        svc = sub.service
+        nxt = self.subs[self.idx + 1] if self.idx + 1 < len(self.subs) else None
+        if sub.done and nxt is not None and nxt.service == svc and offered and nxt.intent == offered[0]:
+            self._activate(self.idx + 1)
+            self.agenda.pop()
+            out.append((svc, "AFFIRM_INTENT", "", None))
+            self._pop_volunteers(out, nxt, 2)
+            return False
+        out.append((svc, "NEGATE_INTENT", "", None))
+        if sub.fulfilled and sub.pending:
+            self._ask(out, sub, 2)
+        elif sub.done:
+            if nxt is None:
+                self.idx = len(self.subs)
+                if self.rng.random() < 0.3:
+                    out.append((svc, "GOODBYE", "", None))
+                    return True
+            elif self.rng.random() < 0.5:
+                return self._open_next(out)
+        return False
 
     def _unstick(self, out: list, sub: _Sub) -> bool:
         """A system turn the agenda has no rule for: ask what is still unknown, else restate the intent."""
@@ -656,15 +663,9 @@ class AgendaUser:
         return True
 
     def _offer(self, out: list, sub: _Sub, by: dict[str, list[Act]]) -> bool:
-        offered = {a.slot: a.canonical_values[0] for a in by["OFFER"] if a.canonical_values}
-        if "INFORM_COUNT" in by and by["INFORM_COUNT"][0].canonical_values:
-            count = by["INFORM_COUNT"][0].canonical_values[0]
-            sub.count = int(count) if count.isdigit() else None
-        elif sub.offered is None and not sub.alts:
-            sub.count = 1  # a first offer without a count: the only result
-        sub.offered = offered
-        sub.selected = False
-        self._offer_acts = by["OFFER"]
+        """Hear an offer: say what the system searched without, turn down an entity that contradicts the goal,
+        take an alternative to a failed booking, else ask about the entity or decide on it."""
+        offered = self._note_offer(sub, by)
         said = self._said(sub.service)
         # only what the user holds to counts against an offer: constraints, and optional values it said
         conflict = [s for s, v in offered.items()
@@ -679,27 +680,7 @@ class AgendaUser:
                 out.append((sub.service, "REQUEST_ALTS", "", None))
             return False
         if conflict:
-            if sub.transactional and "NOTIFY_FAILURE" in by and sub.relax:
-                # an alternative after a failed booking: accept it if it is what we would relax to anyway
-                slot, value = sub.relax[0]
-                if slot in offered and (value == "dontcare" or _same(offered[slot], value)):
-                    sub.relax.pop(0)
-                    sub.relaxed += 1
-                    for s, v in offered.items():
-                        if s in sub.constraints:
-                            sub.constraints[s] = v
-                    for a in self._offer_acts:
-                        self._accept(sub.service, a)
-                    out.append((sub.service, "AFFIRM", "", None))
-                    return False
-            if "NOTIFY_FAILURE" in by:
-                return self._failed(out, sub, False)
-            if sub.alts < self.max_alts + 2:
-                sub.alts += 1
-                out.append((sub.service, "REQUEST_ALTS", "", None))
-                return False
-            sub.reason = "every offer contradicted the user's constraints"
-            return self._failed(out, sub, False)
+            return self._contradicted(out, sub, offered, "NOTIFY_FAILURE" in by)
         if "NOTIFY_FAILURE" in by:
             for a in self._offer_acts:
                 self._accept(sub.service, a)
@@ -709,6 +690,43 @@ class AgendaUser:
             self._ask(out, sub, 2)
             return False
         return self._decide_offer(out, sub)
+
+    def _note_offer(self, sub: _Sub, by: dict[str, list[Act]]) -> dict[str, str]:
+        """Put the offered entity (its canonical values, returned) on the table, with how many results there are."""
+        offered = {a.slot: a.canonical_values[0] for a in by["OFFER"] if a.canonical_values}
+        if "INFORM_COUNT" in by and by["INFORM_COUNT"][0].canonical_values:
+            count = by["INFORM_COUNT"][0].canonical_values[0]
+            sub.count = int(count) if count.isdigit() else None
+        elif sub.offered is None and not sub.alts:
+            sub.count = 1  # a first offer without a count: the only result
+        sub.offered = offered
+        sub.selected = False
+        self._offer_acts = by["OFFER"]
+        return offered
+
+    def _contradicted(self, out: list, sub: _Sub, offered: dict[str, str], after_failure: bool) -> bool:
+        """An offer that contradicts the goal: take it after a failed booking if it is the next relaxation anyway,
+        else ask for another (a few times) or give the subgoal up."""
+        if sub.transactional and after_failure and sub.relax:
+            slot, value = sub.relax[0]
+            if slot in offered and (value == "dontcare" or _same(offered[slot], value)):
+                sub.relax.pop(0)
+                sub.relaxed += 1
+                for s, v in offered.items():
+                    if s in sub.constraints:
+                        sub.constraints[s] = v
+                for a in self._offer_acts:
+                    self._accept(sub.service, a)
+                out.append((sub.service, "AFFIRM", "", None))
+                return False
+        if after_failure:
+            return self._failed(out, sub, False)
+        if sub.alts < self.max_alts + 2:
+            sub.alts += 1
+            out.append((sub.service, "REQUEST_ALTS", "", None))
+            return False
+        sub.reason = "every offer contradicted the user's constraints"
+        return self._failed(out, sub, False)
 
     def _decide_offer(self, out: list, sub: _Sub) -> bool:
         """With the offer's details known: ask for alternatives now and then, else select it."""
@@ -908,12 +926,3 @@ def make_factory(arg: str | None, scenarios: Any, options: dict[str, Any]) -> An
         return AgendaUser(pack, noise=noise, services=services, **kwargs)
 
     return make
-
-
-def _register() -> None:
-    from ..engine.registry import register_user
-
-    register_user("agenda", make_factory)
-
-
-_register()

@@ -51,7 +51,7 @@ class NoiseModel:
                     repair.pop()
                 continue
             if act == "INFORM_INTENT" and self.intent_error and rng.random() < self.intent_error:
-                others = [i for i in user._service(service).intents if i != value]
+                others = [i for i in user.intents_of(service) if i != value]
                 if others:
                     noisy.append((service, act, slot, rng.choice(others)))
                     repair.append(item)

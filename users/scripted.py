@@ -6,11 +6,9 @@ from typing import Any
 
 import msgspec
 
+from ..engine.contracts import EpisodeContext, UserReply, Verdict
 from ..engine.events import AgentTurn
 from ..engine.memo import IdentityMemo
-from ..engine.registry import register_user
-from ..scenarios.base import EpisodeContext
-from .base import UserReply, Verdict
 
 
 class ScriptedUser:
@@ -65,8 +63,6 @@ def _prepare(source: list[Any]) -> list[UserReply]:
     return _PREPARED.get((source,), lambda: _ending(script_lines(source)))
 
 
-def _factory(arg: str | None, scenarios: Any, options: dict[str, Any]):
+def make_factory(arg: str | None, scenarios: Any, options: dict[str, Any]) -> type[ScriptedUser]:
+    """The ``scripted`` user plug-in: every episode gets a fresh ScriptedUser."""
     return ScriptedUser
-
-
-register_user("scripted", _factory)

@@ -142,7 +142,6 @@ class _Bank:
         self.by_start: dict[int, dict[str, list[_Template]]] = {}
         for t in templates:
             self.by_start.setdefault(len(t.first), {}).setdefault(t.first, []).append(t)
-        self.size = len(templates)
 
     def candidates(self, low: str, pos: int) -> list[_Template]:
         """Templates whose first literal can start at ``pos``."""
@@ -200,7 +199,7 @@ class Understanding:
         for sig, tpls in own.items():
             yield from add(sig, tpls)
         # the domain's other services' templates in this service's slot names (what the realizer borrows)
-        for sig, tpls in realizer._domain_bank("SYSTEM", service).items():
+        for sig, tpls in realizer.domain_bank("SYSTEM", service).items():
             yield from add(sig, tpls)
         for tok in realizer.by_slot.get("SYSTEM", {}):
             acts = parse_signature(tok)
@@ -208,7 +207,7 @@ class Understanding:
             # "intent", yet other services' OFFER_INTENT templates do not speak of it)
             if (acts and len(acts) == 1 and acts[0][1] in svc.slots
                     and not names_intents(acts[0][0], acts[0][1], svc.slots)):
-                yield from add(tok, realizer._borrow("SYSTEM", service, acts[0][1], tok))
+                yield from add(tok, realizer.borrowed("SYSTEM", service, acts[0][1], tok))
         for tok, tpls in realizer.generic.get("SYSTEM", {}).items():
             if "(" not in tok:  # GOODBYE, REQ_MORE...: INFORM(*v) names no slot, the cue reader covers it
                 yield from add(tok, tpls)

@@ -1,10 +1,1 @@
-"""CLI subcommands: each module here defines ``register(subparsers)`` and is listed in COMMANDS."""
-
-COMMANDS = [
-    "run",
-    "events",
-    "pack",
-    "serve_agent",
-    "project", "import_", "eval_dst",
-    "stats",
-]
+"""The engine's own commands (run, events, project, stats); each module has ``configure(parser)``."""

@@ -6,14 +6,16 @@ import argparse
 import sys
 from typing import Any
 
+from msgspec import UNSET
+
 from ..codec import encode, to_builtins
 from ..errors import UserError
-from ..events import EVENT_TYPES, AgentTurn, OpaqueEvent, UserTurn, event_type
+from ..events import AgentTurn, EVENT_TYPES, OpaqueEvent, UserTurn, event_type
 from ..log import RunDir, read_events
 
 
-def register(sub: Any) -> None:
-    p = sub.add_parser("events", help="print the events of a run")
+def configure(p: argparse.ArgumentParser) -> None:
+    """The ``events`` command's arguments."""
     p.add_argument("run_dir")
     p.add_argument("--episode", action="append", help="only this episode (repeatable)")
     p.add_argument("--type", action="append", dest="types", help="only this event type (repeatable)")
@@ -58,6 +60,8 @@ def describe(event: Any) -> str:
     if isinstance(event, (UserTurn, AgentTurn)):
         acts = " ".join(f"{a.act}({a.slot}{'=' + '|'.join(a.values) if a.values else ''})"
                         for f in event.frames for a in f.actions)
+        if event.raw_act is not UNSET:  # an imported act that is not SGD-shaped (TC-Bot): shown as recorded
+            acts = _json(event.raw_act)
         return f"{head} {event.utterance!r}" + (f"  [{acts}]" if acts else "")
     payload = {k: v for k, v in to_builtins(event).items() if k not in ("type", "run", "ep", "seq", "t", "wall", "v")}
     payload.pop("scenario", None)

@@ -9,37 +9,51 @@ from typing import Any
 
 from tqdm import tqdm
 
+from .. import registry
 from ..errors import UserError
 from ..log import RunDir
-from ..projections import get_projection, run_projection
-from .eval_dst import seen_services
-from .import_ import add_sgdx_arguments, sgdx_from_args
+from ..projections import run_projection
 
 
-def register(sub: Any) -> None:
-    p = sub.add_parser("project", help="derive a dataset or metrics from a run's events (incremental)",
-                       description="Run a projection over a run's events. Outputs go to "
-                                   "RUN_DIR/projections/<name>@v<k>/ unless --out is given; a second run "
-                                   "only folds the episodes that ended since.")
+def configure(p: argparse.ArgumentParser) -> None:
+    """The ``project`` command's arguments."""
+    p.description = ("Run a projection over a run's events. Outputs go to RUN_DIR/projections/<name>@v<k>/ "
+                     "unless --out is given; a second run only folds the episodes that ended since.")
     p.add_argument("run_dir")
-    p.add_argument("--to", required=True, metavar="NAME", help="projection: sgd, dst_metrics, ...")
+    p.add_argument("--to", required=True, metavar="NAME",
+                   help=f"projection: {', '.join(registry.names('projection'))}; its own options follow "
+                        f"(dialogsim project RUN --to NAME --options lists them)")
     p.add_argument("--out", help="output directory (default: RUN_DIR/projections/<name>@v<k>)")
     p.add_argument("--rebuild", action="store_true", help="ignore the checkpoint and fold every episode again")
     p.add_argument("--skip-corrupt", action="store_true", help="skip corrupt event lines and count them")
-    p.add_argument("--train-schema", metavar="PATH",
-                   help="dst_metrics: train-split schema.json whose services count as seen "
-                        "(default: the 26 services of the SGD train split)")
+    p.add_argument("--options", action="store_true", help="list the options of the projection --to names")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
-    add_sgdx_arguments(p)
-    p.set_defaults(handler=handle)
+    p.set_defaults(handler=handle, takes_extra=True)
+
+
+def _projection(args: argparse.Namespace) -> Any:
+    """The projection --to names, built from its own options (the arguments ``project`` does not know)."""
+    factory = registry.lookup("projection", args.to)
+    parser = _OptionParser(prog=f"dialogsim project --to {args.to}", add_help=False)
+    add_arguments = getattr(factory, "add_arguments", None)
+    if add_arguments is not None:
+        add_arguments(parser)
+    if args.options:
+        print(parser.format_help() if add_arguments is not None else f"--to {args.to} takes no options")
+        return None
+    own = parser.parse_args(args.extra)
+    return factory.from_arguments(own) if add_arguments is not None else factory({})
+
+
+class _OptionParser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise UserError(f"{self.prog}: {message}")
 
 
 def handle(args: argparse.Namespace) -> int:
-    if args.sgdx and args.to != "sgd":
-        raise UserError(f"--sgdx applies to --to sgd, not to --to {args.to}")
-    options: dict[str, Any] = {"sgdx": sgdx_from_args(args),
-                               "seen": seen_services(args.train_schema) if args.train_schema else None}
-    projection = get_projection(args.to, options)
+    projection = _projection(args)
+    if projection is None:
+        return 0
     run = RunDir.open(args.run_dir)
     imported = run.imported_by()
     if imported and run.manifest.get("status") != "completed":
@@ -58,6 +72,11 @@ def handle(args: argparse.Namespace) -> int:
           f"({report.episodes_new} new) -> {report.out_dir} ({len(report.files)} files)")
     if report.corrupt:
         print(f"skipped {report.corrupt} corrupt line(s)", file=sys.stderr)
+    publish = getattr(projection, "publish", None)  # a projection that also sends its files somewhere
+    if callable(publish):
+        text = publish(report.out_dir, report.files)
+        if text:
+            print(text)
     summary = getattr(projection, "summary", None)
     if callable(summary):
         text = summary()

@@ -7,6 +7,7 @@ from typing import Any
 
 from ..errors import UserError
 from ..log import RunDir
+from ..registry import parse_options
 from ..session import RunConfig, absolute_scenarios, resume_run, start_run
 
 # The RunConfig fields set by a flag of their own. The parser's defaults are None so that --resume can
@@ -20,16 +21,6 @@ _AGENT_FLAGS = {"model": "--agent-model", "concurrency": "--agent-concurrency", 
                 "price_out_per_1k": "--price"}
 
 
-def _options(pairs: list[str], flag: str) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or not key:
-            raise UserError(f"{flag} {pair!r}: expected KEY=VALUE")
-        out[key] = value
-    return out
-
-
 def _seed(text: str) -> int:
     try:
         value = int(text, 0)
@@ -40,10 +31,10 @@ def _seed(text: str) -> int:
     return value
 
 
-def register(sub: Any) -> None:
-    p = sub.add_parser("run", help="simulate episodes into a run directory (or --resume one)",
-                       description="Run simulated users against an agent, one episode per scenario, "
-                                   "logging every step as an event.")
+def configure(p: argparse.ArgumentParser) -> None:
+    """The ``run`` command's arguments."""
+    p.description = ("Run simulated users against an agent, one episode per scenario, logging every step as "
+                     "an event.")
     p.add_argument("--out", help="run directory to create (must be absent or empty)")
     p.add_argument("--resume", metavar="RUN_DIR", help="finish an interrupted or crashed run")
     p.add_argument("--scenarios", help="scenario set name (sgd, builtin) or a pack directory (default: sgd)")
@@ -74,7 +65,7 @@ def register(sub: Any) -> None:
 def _given(args: argparse.Namespace) -> dict[str, Any]:
     """The config fields the command line sets, by RunConfig field name."""
     given = {key: getattr(args, key) for key in _FLAG_FIELDS if getattr(args, key) is not None}
-    agent_options = _options(args.agent_opt, "--agent-opt")
+    agent_options: dict[str, Any] = parse_options(args.agent_opt, "--agent-opt")
     for key, value in (("model", args.agent_model), ("concurrency", args.agent_concurrency),
                        ("total_timeout", args.agent_timeout), ("retries", args.agent_retries),
                        ("api_key_env", args.api_key_env)):
@@ -89,7 +80,7 @@ def _given(args: argparse.Namespace) -> dict[str, Any]:
     if agent_options:
         given["agent_options"] = agent_options
     if args.user_opt:
-        given["user_options"] = _options(args.user_opt, "--user-opt")
+        given["user_options"] = parse_options(args.user_opt, "--user-opt")
     return given
 
 

@@ -5,19 +5,22 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
+from .. import registry
 from ..log import RunDir, read_episodes
-from ..stats import compare, from_episode, read_sgd_dir, render, summarize
+from ..plugins import DEFAULT_CORPUS
+from ..stats import Dialogue, compare, from_episode, render, summarize
 
 
-def register(sub: Any) -> None:
-    p = sub.add_parser("stats", help="success rate, turns, acts, intents and diversity of a run, "
-                                     "optionally beside real SGD dialogues")
+def configure(p: argparse.ArgumentParser) -> None:
+    """The ``stats`` command's arguments."""
     p.add_argument("run_dir")
-    p.add_argument("--compare", metavar="SGD_DIALOGUE_DIR",
-                   help="an SGD split directory (dialogues_*.json); only dialogues whose services all occur "
-                        "in the run are compared")
+    p.add_argument("--compare", metavar="DIR",
+                   help="a real corpus (an SGD split directory, dialogues_*.json) or another run directory; only "
+                        "dialogues whose services all occur in the run are compared")
     p.add_argument("--json", action="store_true", help="print the figures as one JSON object")
     p.add_argument("--skip-corrupt", action="store_true", help="skip corrupt log lines and count them")
     p.set_defaults(handler=handle)
@@ -33,7 +36,7 @@ def handle(args: argparse.Namespace) -> int:
     real = cmp = None
     if args.compare:
         services = set(ours["services"])
-        real = summarize(d for d in read_sgd_dir(args.compare) if d.services and set(d.services) <= services)
+        real = summarize(d for d in _dialogues(args.compare) if d.services and set(d.services) <= services)
         cmp = compare(ours, real) if real["dialogues"] else None
     if args.json:
         out: dict[str, Any] = {"run": ours}
@@ -47,3 +50,15 @@ def handle(args: argparse.Namespace) -> int:
         if real is not None and not real["dialogues"]:
             print(f"\nno dialogue of {args.compare} uses only the run's services", file=sys.stderr)
     return 0
+
+
+def _dialogues(path: str) -> Iterator[Dialogue]:
+    """The dialogues of a run directory, or of a corpus directory read by the default corpus reader (whose
+    dialogues were never judged: no success rate)."""
+    if (Path(path) / "manifest.json").is_file():
+        yield from map(from_episode, read_episodes(RunDir.open(path)))
+        return
+    for events in registry.lookup("corpus", DEFAULT_CORPUS)(path):
+        dialogue = from_episode(events)
+        dialogue.outcome = None
+        yield dialogue

@@ -18,12 +18,12 @@ from typing import Any, Callable, Iterable
 import msgspec
 
 from ...engine.errors import UserError
-from ..sgd_corpus import decode_dialogue_file, validate_dialogue
+from .corpus import dialogue_files, read_dialogue_file, validate_dialogue
 from .mine import Miner
 from .pack import FORMAT, MANIFEST, VERSION, is_pack_dir
-from .schema import ServiceSchema, load_schemas
 from .pairs import order_dates, slot_pairs
-from .values import ANY_VALUES, _kind, generate, value_kind
+from .schema import ServiceSchema, load_schemas
+from .values import ANY_VALUES, generate, slot_kind, value_kind
 
 GENERATED_ROWS = 40
 POOL_SIZE = 16
@@ -46,7 +46,7 @@ def _dialogue_files(dirs: Iterable[str | Path]) -> list[Path]:
         if d.is_file():
             files.append(d)
         elif d.is_dir():
-            found = sorted(d.glob("dialogues_*.json"))
+            found = dialogue_files(d)
             if not found:
                 raise UserError(f"{d}: no dialogues_*.json files in this directory")
             files.extend(found)
@@ -56,24 +56,14 @@ def _dialogue_files(dirs: Iterable[str | Path]) -> list[Path]:
 
 
 def _read_dialogues(path: Path, schemas: dict[str, Any]) -> list[dict[str, Any]]:
-    """The dialogues of one file as plain JSON for the miner, once they pass the checks ``import sgd`` makes
-    (SGD's shape, the schemas' names); a problem is a UserError naming the file, dialogue, turn and element."""
-    try:
-        raw = path.read_bytes()
-    except OSError as exc:
-        raise UserError(f"{path}: cannot read the dialogue file ({exc.strerror or exc})") from None
-    try:
-        data = msgspec.json.decode(raw)
-    except msgspec.DecodeError as exc:
-        detail = str(exc)
-        if "truncated" in detail:
-            detail = f"the JSON stops unfinished at byte {len(raw)} (a truncated file?)"
-        raise UserError(f"{path}: not a valid JSON dialogue file: {detail}") from None
-    for dialogue in decode_dialogue_file(path, raw):
+    """The dialogues of one file as plain JSON for the miner, read and checked as ``import sgd`` reads them (SGD's
+    shape, the schemas' names); a problem is a UserError naming the file, dialogue, turn and element."""
+    dialogues = read_dialogue_file(path)
+    for dialogue in dialogues:
         problem = validate_dialogue(dialogue, schemas)
         if problem is not None:
             raise UserError(f"{path}: {problem}")
-    return data
+    return msgspec.to_builtins(dialogues)
 
 
 def _merge_schemas(paths: Iterable[str | Path]) -> tuple[list[dict[str, Any]], list[str]]:
@@ -191,7 +181,7 @@ def _entities(miner: Miner, services: dict[str, ServiceSchema]) -> tuple[dict[st
                 cols = sorted(set(intent.result_slots) | set(intent.required_slots))
                 table = []
                 echo = [s for s in list(intent.required_slots) + list(intent.optional_slots)
-                        if s in cols and _kind(svc.slots[s]) in ("date", "count")]
+                        if s in cols and slot_kind(svc.slots[s]) in ("date", "count")]
                 for _ in range(GENERATED_ROWS):
                     # most rows keep an optional slot's default, so that a search leaving it out finds some
                     row = tuple(intent.optional_slots[c] if c in intent.optional_slots and rng.random() < 0.6

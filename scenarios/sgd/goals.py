@@ -27,9 +27,9 @@ import random
 from typing import Any
 
 from .pack import Pack
-from .schema import IntentSchema, ServiceSchema
 from .pairs import is_date, order_dates, slot_pairs
-from .values import ANY_VALUES, _kind, value_kind
+from .schema import IntentSchema, ServiceSchema
+from .values import ANY_VALUES, value_kind
 from .world import indexed_tables
 
 
@@ -273,52 +273,120 @@ def _requested(it: _IntentFacts, rng: random.Random, taken: set[str]) -> list[st
     return sorted(options[: rng.choice((0, 1, 1, 2))])
 
 
-def _search_subgoal(sf: _ServiceFacts, it: _IntentFacts, rng: random.Random,
-                    link: dict[str, str], infeasible_share: float, known: dict[str, str],
-                    sure: frozenset[str] | set[str] = frozenset(),
-                    state: dict[str, str] | None = None, ahead: list[int] | None = None) -> dict[str, Any]:
-    pack, svc, intent = sf.pack, sf.svc, it.intent
-    table, rows, echo, required, optional_items = it.table, it.rows, it.echo, it.required, it.optional_items
+class _Draw:
+    """One goal being drawn: its random stream, its share of infeasible searches, and what the subgoals drawn
+    so far pass on to the next one."""
+
+    __slots__ = ("rng", "infeasible_share", "known", "sure", "state")
+
+    def __init__(self, rng: random.Random, infeasible_share: float) -> None:
+        self.rng = rng
+        self.infeasible_share = infeasible_share
+        self.known: dict[str, str] = {}  # the previous subgoal's likely result values, for carried-over slots
+        # those of them the user stated (the others come from a row the world may not offer)
+        self.sure: set[str] = set()
+        self.state: dict[str, str] = {}  # what the user has said to the current service so far
+
+    def pass_on(self, last: dict[str, Any]) -> None:
+        """Take in the subgoal just drawn: what the next one may carry over, and what the user has now said."""
+        known, link = self.known, last["from_previous"]
+        linked = {s: known[ps] for s, ps in link.items() if ps in known}
+        self.sure = set(last["constraints"]) | {s for s, ps in link.items() if ps in self.sure}
+        # a booking's likely values include those of the entity the search before it found
+        self.known = {**(last["entity"] or (known if link else {})), **last["constraints"], **linked}
+        self.state.update(linked)
+        self.state.update(last["constraints"])
+
+
+def _search_subgoal(draw: _Draw, sf: _ServiceFacts, it: _IntentFacts, link: dict[str, str],
+                    ahead: list[int]) -> dict[str, Any]:
+    """A search subgoal: the constraints of one entity that fits what is carried over and what was said to the
+    service before, made infeasible now and then, with the relaxations to fall back on."""
+    inherited = _inherited(it, link, draw.state) if draw.state else {}
+    entity, link = _search_entity(draw, it, link, inherited, ahead)
+    constraints, optional = _search_constraints(draw.rng, sf, it, entity, link, inherited)
+    undo = _make_infeasible(draw, sf, it, link, constraints, optional)
+    relax = [undo] if undo is not None else []
+    table = it.table
+    # a value carried over from the previous subgoal may not exist here: fall back to this entity's value
+    for slot in sorted(link):
+        if table is not None and slot in table.columns and slot not in it.echo and entity.get(slot):
+            relax.append([slot, entity[slot]])
+    taken = {*constraints, *optional, *link}
+    if draw.state and table is not None:
+        relax[:0] = _loose_filters(sf, it, entity, taken)
+    return {"service": sf.name, "intent": it.intent.name, "constraints": constraints, "optional": optional,
+            "requested": _requested(it, draw.rng, taken), "relax": relax, "feasible": undo is None,
+            "from_previous": link, "entity": entity or None}
+
+
+def _inherited(it: _IntentFacts, link: dict[str, str], state: dict[str, str]) -> dict[str, str]:
+    """The values said earlier to this service that stay in the dialogue state and filter this search too."""
+    table, echo, intent = it.table, it.echo, it.intent
+    if table is None:
+        return {}
+    return {s: v for s, v in state.items() if s not in link and v not in ANY_VALUES and s in table.columns
+            and s not in echo and (s in intent.optional_slots or s in intent.required_slots)}
+
+
+def _search_entity(draw: _Draw, it: _IntentFacts, link: dict[str, str], inherited: dict[str, str],
+                   ahead: list[int]) -> tuple[dict[str, str], dict[str, str]]:
+    """The entity the constraints come from ({} for a table without rows), and the link without the slots it
+    cannot carry over: a row with the carried-over and inherited values when one has them, one the next
+    search can find (``ahead``) when possible."""
+    rng, table, rows = draw.rng, it.table, it.rows
     entity = (rows[rng.choice(ahead)] if ahead else rng.choice(rows)) if rows else {}
-    # values said earlier to this service stay in the dialogue state and filter this search too
-    inherited = {s: v for s, v in state.items() if s not in link and v not in ANY_VALUES and table is not None
-                 and s in table.columns and s not in echo and (s in intent.optional_slots or s in intent.required_slots)
-                 } if state else {}
-    if table is not None and (link or inherited):
-        # keep the carried-over values (the previous city...) that some entity has, and pick such an entity;
-        # a value no entity here has is not carried over: the user states one of this table instead. So is a
-        # value that filters this table but was only predicted (the previous search may offer another entity)
-        carried: dict[str, str] = {}
-        for slot in sorted(link):
-            value = known.get(link[slot])
-            if slot in echo or slot not in table.columns:
-                continue
-            if value is not None and link[slot] in sure and table.match({**carried, slot: value}):
-                carried[slot] = value
-            else:
-                link = {k: v for k, v in link.items() if k != slot}
-        hits = table.match({**carried, **inherited}) if inherited else []
-        if not hits and carried:
-            hits = table.match(carried)
-        if hits and ahead:
-            # also fit the next search when possible (a bus to the event's city, then a hotel there)
-            fits = ahead if len(ahead) < 64 else set(ahead)
-            hits = [h for h in hits if h in fits] or hits
-        if hits:
-            entity = rows[rng.choice(hits)]
+    if table is None or not (link or inherited):
+        return entity, link
+    carried, link = _carried(draw, it, link)
+    hits = table.match({**carried, **inherited}) if inherited else []
+    if not hits and carried:
+        hits = table.match(carried)
+    if hits and ahead:
+        # also fit the next search when possible (a bus to the event's city, then a hotel there)
+        fits = ahead if len(ahead) < 64 else set(ahead)
+        hits = [h for h in hits if h in fits] or hits
+    if hits:
+        entity = rows[rng.choice(hits)]
+    return entity, link
+
+
+def _carried(draw: _Draw, it: _IntentFacts, link: dict[str, str]) -> tuple[dict[str, str], dict[str, str]]:
+    """The carried-over values (the previous city...) that some entity of this table has together, and the link
+    without the others: a value no entity here has, or one only predicted that filters this table (the
+    previous search may offer another entity), is not carried over; the user states one of this table."""
+    table, echo, known, sure = it.table, it.echo, draw.known, draw.sure
+    carried: dict[str, str] = {}
+    for slot in sorted(link):
+        value = known.get(link[slot])
+        if slot in echo or slot not in table.columns:
+            continue
+        if value is not None and link[slot] in sure and table.match({**carried, slot: value}):
+            carried[slot] = value
+        else:
+            link = {k: v for k, v in link.items() if k != slot}
+    return carried, link
+
+
+def _search_constraints(rng: random.Random, sf: _ServiceFacts, it: _IntentFacts, entity: dict[str, str],
+                        link: dict[str, str], inherited: dict[str, str]) -> tuple[dict[str, str], dict[str, str]]:
+    """The values the user states (constraints) and those it gives only when asked (optional), from the entity:
+    changed inherited values, the required slots and some optional ones (a value the default would exclude
+    is always stated)."""
+    echo = it.echo
     constraints: dict[str, str] = {}
     for slot, value in inherited.items():
         if entity.get(slot) and entity[slot].lower() != value.lower():
             constraints[slot] = entity[slot]  # the user changes what no longer fits
     optional: dict[str, str] = {}
-    for slot in required:
+    for slot in it.required:
         if slot in link:
             continue
         v = entity.get(slot) if slot not in echo else None
         v = v or _value(sf, slot, rng)
         if v:
             constraints[slot] = v
-    for slot, default in optional_items:
+    for slot, default in it.optional_items:
         if slot in link:
             continue
         v = entity.get(slot) if slot not in echo else _value(sf, slot, rng)
@@ -330,42 +398,44 @@ def _search_subgoal(sf: _ServiceFacts, it: _IntentFacts, rng: random.Random,
             constraints[slot] = v
         elif rng.random() < 0.25:
             optional[slot] = v
-    feasible, relax = True, []
-    if table is not None and rows and rng.random() < infeasible_share:
-        linked = {s: known[p] for s, p in link.items() if p in known}
-        cands = [s for s in sorted(constraints) if s not in echo and s in table.columns]
-        rng.shuffle(cands)
-        for slot in cands:
-            alts = [v for v in pack.value_pool(svc.name, slot) if v not in ANY_VALUES and v != constraints[slot]]
-            rng.shuffle(alts)
-            for alt in alts[:12]:
-                # nothing may match whether or not the user is asked for their optional values
-                bare = dict(intent.optional_slots, **constraints)
-                bare[slot] = alt
-                if not _pairs_ok(sf, {**linked, **optional, **bare}):
-                    continue  # not a trip from Los Angeles to Los Angeles
-                if not table.match(bare) and not table.match(dict(bare, **optional)):
-                    relax.append([slot, constraints[slot]])
-                    constraints[slot] = alt
-                    feasible = False
-                    break
-            if not feasible:
-                break
-    # a value carried over from the previous subgoal may not exist here: fall back to this entity's value
-    for slot in sorted(link):
-        if table is not None and slot in table.columns and slot not in echo and entity.get(slot):
-            relax.append([slot, entity[slot]])
-    if state and table is not None:
-        # after an earlier search of this service the state may hold what the user took from an offer
-        # (the one-way flight's airline): a round trip that finds nothing then drops such a filter first
-        loose = [[s, entity[s] if svc.is_categorical(s) else "dontcare"] for s, d in sorted(intent.optional_slots.items())
-                 if d in ANY_VALUES and s in table.columns and s not in echo and s not in constraints and s not in optional
-                 and s not in link and (entity.get(s) or not svc.is_categorical(s))]
-        relax[:0] = loose
-    taken = {*constraints, *optional, *link}
-    return {"service": svc.name, "intent": intent.name, "constraints": constraints, "optional": optional,
-            "requested": _requested(it, rng, taken), "relax": relax, "feasible": feasible,
-            "from_previous": link, "entity": entity or None}
+    return constraints, optional
+
+
+def _make_infeasible(draw: _Draw, sf: _ServiceFacts, it: _IntentFacts, link: dict[str, str],
+                     constraints: dict[str, str], optional: dict[str, str]) -> list[str] | None:
+    """Now and then (``infeasible_share``), change one constraint to a value no entity has together with the
+    others; returns the relaxation that changes it back, None when the search stays feasible."""
+    rng, table = draw.rng, it.table
+    if table is None or not it.rows or rng.random() >= draw.infeasible_share:
+        return None
+    known, optional_slots = draw.known, it.intent.optional_slots
+    linked = {s: known[p] for s, p in link.items() if p in known}
+    cands = [s for s in sorted(constraints) if s not in it.echo and s in table.columns]
+    rng.shuffle(cands)
+    for slot in cands:
+        stated = constraints[slot]
+        alts = [v for v in sf.pack.value_pool(sf.name, slot) if v not in ANY_VALUES and v != stated]
+        rng.shuffle(alts)
+        for alt in alts[:12]:
+            # nothing may match whether or not the user is asked for their optional values
+            bare = dict(optional_slots, **constraints)
+            bare[slot] = alt
+            if not _pairs_ok(sf, {**linked, **optional, **bare}):
+                continue  # not a trip from Los Angeles to Los Angeles
+            if not table.match(bare) and not table.match(dict(bare, **optional)):
+                constraints[slot] = alt
+                return [slot, stated]
+    return None
+
+
+def _loose_filters(sf: _ServiceFacts, it: _IntentFacts, entity: dict[str, str], taken: set[str]) -> list[list[str]]:
+    """After an earlier search of this service the state may hold what the user took from an offer (the one-way
+    flight's airline): the relaxations that drop such filters first when a round trip finds nothing."""
+    svc, table, echo = sf.svc, it.table, it.echo
+    return [[s, entity[s] if svc.is_categorical(s) else "dontcare"]
+            for s, d in sorted(it.intent.optional_slots.items())
+            if d in ANY_VALUES and s in table.columns and s not in echo and s not in taken
+            and (entity.get(s) or not svc.is_categorical(s))]
 
 
 def _ahead(sf: _ServiceFacts, it: _IntentFacts, nxt: tuple[_ServiceFacts, _IntentFacts] | None,
@@ -394,9 +464,10 @@ def _ahead(sf: _ServiceFacts, it: _IntentFacts, nxt: tuple[_ServiceFacts, _Inten
     return got
 
 
-def _txn_subgoal(sf: _ServiceFacts, it: _IntentFacts, rng: random.Random, link: dict[str, str],
-                 known: dict[str, str] | None = None) -> dict[str, Any]:
-    # a stand-alone booking names a real entity, so its identity columns come from one row
+def _txn_subgoal(draw: _Draw, sf: _ServiceFacts, it: _IntentFacts, link: dict[str, str]) -> dict[str, Any]:
+    """A transaction subgoal: the values to book (a stand-alone booking's identity from one real entity), with
+    one relaxation to fall back on should the booking fail."""
+    rng = draw.rng
     entity: dict[str, str] = {}
     fitting, echo = it.fitting, it.txn_echo
     if fitting and not any(s.endswith(("name", "title")) for s in link):
@@ -406,7 +477,7 @@ def _txn_subgoal(sf: _ServiceFacts, it: _IntentFacts, rng: random.Random, link: 
     for slot in it.required:
         if slot in link:
             # carried over; a concrete value of its own (the likely one) for when the user cannot carry it
-            v = (known or {}).get(link[slot]) or _value(sf, slot, rng)
+            v = draw.known.get(link[slot]) or _value(sf, slot, rng)
             if v:
                 optional[slot] = v
             continue
@@ -520,34 +591,33 @@ def sample_goal(pack: Pack, rng: random.Random, services: list[str] | None = Non
     steps = [(facts[name], it) for name in order for it in _chain(facts[name], rng)]
     links = [_link(*steps[k - 1], *steps[k]) if k else {} for k in range(len(steps))]
     subgoals: list[dict[str, Any]] = []
-    known: dict[str, str] = {}  # the previous subgoal's likely result values, for carried-over slots
-    sure: set[str] = set()  # those of them the user stated (the others come from a row the world may not offer)
-    state: dict[str, str] = {}  # what the user has said to the current service so far
+    draw = _Draw(rng, infeasible_share)
     for k, (sf, it) in enumerate(steps):
         if k and steps[k - 1][0] is not sf:
-            state = {}
-        link = links[k]
+            draw.state = {}
         if it.intent.is_transactional:
-            subgoals.append(_txn_subgoal(sf, it, rng, link, known))
+            subgoals.append(_txn_subgoal(draw, sf, it, links[k]))
         else:
-            nxt = steps[k + 1] if k + 1 < len(steps) else None
-            ahead = _ahead(sf, it, nxt, links[k + 1] if nxt else {})
-            if not ahead and nxt is not None and nxt[0] is sf and k + 2 < len(steps) and steps[k + 2][0] is not sf:
-                # search, book, then another service: the booking passes this entity's values on (a hotel
-                # found and booked in a city, then a restaurant there)
-                via = {dst: links[k + 1][src] for dst, src in links[k + 2].items() if src in links[k + 1]}
-                if via:
-                    ahead = _ahead(sf, it, steps[k + 2], via)
-            subgoals.append(_search_subgoal(sf, it, rng, link, infeasible_share, known, sure, state, ahead))
+            subgoals.append(_search_subgoal(draw, sf, it, links[k], _look_ahead(steps, links, k)))
         last = subgoals[-1]
         if sf.places or sf.dates:  # most services pair no slots
-            _fix_pairs(sf, it, last, known, rng)
+            _fix_pairs(sf, it, last, draw.known, rng)
         if k + 1 == len(steps):
             break  # the last subgoal passes nothing on
-        linked = {s: known[ps] for s, ps in last["from_previous"].items() if ps in known}
-        sure = set(last["constraints"]) | {s for s, ps in last["from_previous"].items() if ps in sure}
-        # a booking's likely values include those of the entity the search before it found
-        known = {**(last["entity"] or (known if last["from_previous"] else {})), **last["constraints"], **linked}
-        state.update(linked)
-        state.update(last["constraints"])
+        draw.pass_on(last)
     return {"services": order, "subgoals": subgoals}
+
+
+def _look_ahead(steps: list[tuple[_ServiceFacts, _IntentFacts]], links: list[dict[str, str]], k: int) -> list[int]:
+    """The rows of search ``k`` that the next search can find (see _ahead), or failing that, the search after a
+    booking of the same service."""
+    sf, it = steps[k]
+    nxt = steps[k + 1] if k + 1 < len(steps) else None
+    ahead = _ahead(sf, it, nxt, links[k + 1] if nxt else {})
+    if not ahead and nxt is not None and nxt[0] is sf and k + 2 < len(steps) and steps[k + 2][0] is not sf:
+        # search, book, then another service: the booking passes this entity's values on (a hotel
+        # found and booked in a city, then a restaurant there)
+        via = {dst: links[k + 1][src] for dst, src in links[k + 2].items() if src in links[k + 1]}
+        if via:
+            ahead = _ahead(sf, it, steps[k + 2], via)
+    return ahead

@@ -23,8 +23,8 @@ from __future__ import annotations
 
 from typing import Any, Callable, Iterable
 
+from ...engine.contracts import Call, Claim, completed_calls
 from ...engine.events import Act, AgentTurn, Frame, ToolCalled, ToolReturned, UserTurn
-from ..base import Call, Claim
 from .normalize import number
 from .values import ANY_VALUES
 

@@ -8,7 +8,7 @@ from typing import Any, Iterable
 
 from .nlg import act_token, generic_token, signature
 from .schema import ServiceSchema, names_intents
-from .values import _kind
+from .values import slot_kind
 
 _TIMEISH = re.compile(r"^\d{1,2}:\d{2}$|^\d{4}-\d{2}-\d{2}$")
 MAX_TEMPLATES = 40
@@ -178,7 +178,7 @@ class Miner:
                         slot = acts[0].get("slot", "")
                         spec = self.services[svc].slots.get(slot)
                         self.generic[speaker][generic_token(_A(acts[0]))][tuple(parts)].add(
-                            (svc.rsplit("_", 1)[0], _kind(spec) if spec else slot))
+                            (svc.rsplit("_", 1)[0], slot_kind(spec) if spec else slot))
                         if slot:
                             self.by_slot[speaker][sig][svc][tuple(parts)] += 1
         self._state_forms(dialogue)

@@ -304,7 +304,8 @@ class Realizer:
         self._noncat: dict[str, frozenset[str]] = {
             name: frozenset(s for s, ss in svc.slots.items() if not ss.is_categorical) for name, svc in services.items()}
 
-    def _domain_bank(self, speaker: str, service: str) -> dict[str, list[Template]]:
+    def domain_bank(self, speaker: str, service: str) -> dict[str, list[Template]]:
+        """The templates of the domain's other services, translated into this service's slots and intents."""
         key = (speaker, service)
         bank = self._domain.get(key)
         if bank is None:
@@ -331,9 +332,9 @@ class Realizer:
         own = self.banks.get(speaker, {}).get(service, {}).get(sig, [])
         if len(own) >= self.min_variety:
             return own
-        return own + self._domain_bank(speaker, service).get(sig, [])
+        return own + self.domain_bank(speaker, service).get(sig, [])
 
-    def _borrow(self, speaker: str, service: str, slot: str, tok: str) -> list[Template]:
+    def borrowed(self, speaker: str, service: str, slot: str, tok: str) -> list[Template]:
         """Templates of other domains' slots of the same name that mean the same (similar descriptions)."""
         out: list[Template] = []
         target = self.services.get(service)
@@ -363,7 +364,7 @@ class Realizer:
             return self._singles[key]
         keep = _worded if worded else _every
         tpls = (keep(self._lookup(speaker, service, tok))
-                or keep(self._borrow(speaker, service, act.slot, tok))
+                or keep(self.borrowed(speaker, service, act.slot, tok))
                 or keep(self.generic.get(speaker, {}).get(generic_token(act), [])))
         if not tpls and not _listable(speaker, act):
             tpls = [builtin_template(speaker, self.services.get(service), act)]
@@ -490,7 +491,7 @@ class Realizer:
     def signatures(self, speaker: str, service: str) -> dict[str, list[Template]]:
         """Every mined template this service can speak with, by signature: its own bank, then its domain's."""
         out = {sig: list(tpls) for sig, tpls in self.banks.get(speaker, {}).get(service, {}).items()}
-        for sig, tpls in self._domain_bank(speaker, service).items():
+        for sig, tpls in self.domain_bank(speaker, service).items():
             out.setdefault(sig, []).extend(tpls)
         return out
 
@@ -597,7 +598,7 @@ _AGREEMENT = _Memo(counted_forms)  # literals repeat (".", " tonight?") and matc
 
 def _slot_map(source: ServiceSchema, target: ServiceSchema) -> dict[str, str]:
     """Source slot -> target slot of the same meaning: same name, or a similar description, same kind of slot."""
-    from .values import _kind
+    from .values import slot_kind
 
     out: dict[str, str] = {}
     taken: set[str] = set()
@@ -619,7 +620,7 @@ def _slot_map(source: ServiceSchema, target: ServiceSchema) -> dict[str, str]:
         if s_name in out:
             continue
         for t_name, t_spec in target.slots.items():
-            if t_name in taken or s_spec.is_categorical != t_spec.is_categorical or _kind(s_spec) != _kind(t_spec):
+            if t_name in taken or s_spec.is_categorical != t_spec.is_categorical or slot_kind(s_spec) != slot_kind(t_spec):
                 continue
             shared = (words(s_spec) & words(t_spec)) - vague
             if shared:
@@ -632,8 +633,8 @@ def _slot_map(source: ServiceSchema, target: ServiceSchema) -> dict[str, str]:
     by_kind: dict[tuple[str, str], list[str]] = {}
     for side, svc in (("s", source), ("t", target)):
         for name, spec in svc.slots.items():
-            if not spec.is_categorical and _kind(spec) not in ("other", "count", "money", "date", "time"):
-                by_kind.setdefault((side, _kind(spec)), []).append(name)
+            if not spec.is_categorical and slot_kind(spec) not in ("other", "count", "money", "date", "time"):
+                by_kind.setdefault((side, slot_kind(spec)), []).append(name)
     for (side, kind), names in by_kind.items():
         others = by_kind.get(("t", kind), [])
         if side == "s" and len(names) == 1 and len(others) == 1 and names[0] not in out and others[0] not in taken:

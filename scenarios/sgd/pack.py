@@ -47,14 +47,14 @@ class Pack:
         self.services: list[str] = sorted(self.schemas)
         self.mined_services: set[str] = set(manifest.get("mined_services", []))
         self.stats = stats
-        self._tables: dict[str, dict[str, list[dict[str, str]]]] = {}
+        self.tables: dict[str, dict[str, list[dict[str, str]]]] = {}  # service -> search intent -> entity rows
         self.echo: dict[str, dict[str, list[str]]] = {}
         for svc, intents in entities.items():
             for intent, table in intents.items():
                 cols = table["columns"]
-                self._tables.setdefault(svc, {})[intent] = [dict(zip(cols, row)) for row in table["rows"]]
+                self.tables.setdefault(svc, {})[intent] = [dict(zip(cols, row)) for row in table["rows"]]
                 self.echo.setdefault(svc, {})[intent] = list(table.get("echo", []))
-        self._all_rows = {svc: [r for rows in t.values() for r in rows] for svc, t in self._tables.items()}
+        self._all_rows = {svc: [r for rows in t.values() for r in rows] for svc, t in self.tables.items()}
         self._spoken: dict[str, dict[str, dict[str, tuple[list[str], list[int]]]]] = {
             svc: {slot: {c: _weighted(vs) for c, vs in cs.items()} for slot, cs in slots.items()}
             for svc, slots in values.get("spoken", {}).items()}
@@ -85,7 +85,7 @@ class Pack:
         """Entity rows of a service (all search intents), or the rows a given search intent returns."""
         if intent is None:
             return self._all_rows.get(service, [])
-        return self._tables.get(service, {}).get(intent, [])
+        return self.tables.get(service, {}).get(intent, [])
 
     def value_pool(self, service: str, slot: str) -> list[str]:
         """Canonical values seen (or generated) for a slot of a service."""

@@ -17,8 +17,8 @@ import random
 from pathlib import Path
 from typing import Any
 
+from ...engine.contracts import Call, Claim, Scenario, ToolSpec, completed_calls
 from ...engine.errors import UserError
-from ..base import Claim, Scenario, ToolSpec, completed_calls
 from .goals import sample_goal
 from .judge import goal_claims, invented, unbacked
 from .pack import Pack, load_pack
@@ -139,12 +139,3 @@ def load_scenario_set(arg: str | None = None) -> SgdScenarioSet:
         services = [s for s in names.split(",") if s]
     pack = load_pack(Path(arg) if arg else None)
     return SgdScenarioSet(pack, services=services, **options)
-
-
-def _register() -> None:
-    from ...engine.registry import register_scenarios
-
-    register_scenarios("sgd", load_scenario_set)
-
-
-_register()

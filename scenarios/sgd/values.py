@@ -21,9 +21,10 @@ _STREETS = ["Main Street", "Oak Avenue", "Park Road", "Market Street", "El Camin
             "Mission Street", "Castro Street", "University Avenue", "Lincoln Way"]
 _WORDS = ["Blue", "Golden", "Silver", "Royal", "Green", "Sunset", "Harbor", "Maple", "Cedar", "Lakeside",
           "Grand", "Little", "Old Town", "Riverside", "Summit"]
-_NOUNS = {"venue": "Hall", "event": "Arena", "stadium": "Stadium", "hotel": "Inn", "restaurant": "Kitchen", "movie": "Story", "song": "Song", "album": "Album",
-          "event": "Festival", "theater": "Theater", "doctor": "Clinic", "salon": "Salon", "apartment": "Apartments",
-          "property": "Residences", "station": "Station", "airport": "Airport", "car": "Sedan"}
+_NOUNS = {"venue": "Hall", "event": "Festival", "stadium": "Stadium", "hotel": "Inn", "restaurant": "Kitchen",
+          "movie": "Story", "song": "Song", "album": "Album", "theater": "Theater", "doctor": "Clinic",
+          "salon": "Salon", "apartment": "Apartments", "property": "Residences", "station": "Station",
+          "airport": "Airport", "car": "Sedan"}
 _PEOPLE = ["Alex Morgan", "Jamie Lee", "Sam Carter", "Taylor Reed", "Jordan Blake", "Casey Nguyen",
            "Riley Patel", "Morgan Diaz", "Avery Chen", "Quinn Foster"]
 
@@ -32,7 +33,7 @@ _PERSON = ("artist", "director", "starring", "cast", "actor", "therapist", "styl
            "contact", "receiver", "recipient", "performer", "celeb", "singer")
 
 
-def _kind(slot: SlotSchema) -> str:
+def slot_kind(slot: SlotSchema) -> str:
     """A coarse kind of a slot from its name and description (time, date, city, station, person, name...)."""
     name = slot.name.lower()
     desc = slot.description.lower()
@@ -96,7 +97,7 @@ def plausible(kind: str, value: str) -> bool:
 def value_kind(slot: SlotSchema, values: list[str]) -> str:
     """The kind of a slot by name and description, corrected by values seen for it: a "location" whose
     values are stations or venues is a place, one whose values are street addresses an address."""
-    kind = _kind(slot)
+    kind = slot_kind(slot)
     values = [v for v in values if v not in ANY_VALUES]
     if kind == "city" and values:
         if sum(v[:1].isdigit() for v in values) > len(values) / 2:
@@ -117,7 +118,7 @@ def _cues(slot: SlotSchema) -> set[str]:
 
 def similar_values(slot: SlotSchema, mined: dict[tuple[str, str], list[str]]) -> list[str]:
     """Values of mined slots of the same kind whose names carry a content word of this slot."""
-    kind, cues = _kind(slot), _cues(slot)
+    kind, cues = slot_kind(slot), _cues(slot)
     out: list[str] = []
     for name, k in sorted(mined):
         if k == kind and "/" not in name and {w[:-1] if w.endswith("s") else w for w in name.split("_")} & cues:
@@ -130,7 +131,7 @@ def generate(slot: SlotSchema, rng: random.Random, mined: dict[tuple[str, str], 
     ("Domain/slot name", kind) to those of one domain (preferred: a movie genre is not a music genre)."""
     if slot.possible_values:
         return rng.choice(slot.possible_values)
-    kind = _kind(slot)
+    kind = slot_kind(slot)
     pool = mined.get((f"{domain}/{slot.name}", kind)) or mined.get((slot.name, kind))
     if not pool and kind == "city":
         # a "location" that the same domain fills with stations or venues (a rental car's pickup location)

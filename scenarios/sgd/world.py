@@ -16,7 +16,7 @@ import random
 from typing import Any
 
 from .pack import Pack
-from .values import ANY_VALUES, _kind
+from .values import ANY_VALUES, slot_kind
 
 
 
@@ -116,7 +116,7 @@ class SgdWorld:
         return self._transact(service, params, result_slots), None
 
     def _unknown(self, service: str, method: str) -> str:
-        if service not in self.pack._svc:
+        if service not in self.pack.schemas:
             return f"unknown service {service!r}"
         return f"service {service!r} has no intent {method!r}"
 
@@ -183,11 +183,11 @@ def indexed_tables(pack: Pack) -> dict[tuple[str, str], _Table]:
     """The indexed tables of a pack, per (service, intent); use ``pack.derive(indexed_tables)``, built once per pack."""
     caps = _caps(pack)
     got = {}
-    for svc, intents in pack._tables.items():
+    for svc, intents in pack.tables.items():
         schema = pack.service(svc)
         for intent, rows in intents.items():
             names = [c for c in schema.intents[intent].result_slots if _is_name(c) and rows and c in rows[0]
-                     and _kind(schema.slots[c]) != "station"]
+                     and slot_kind(schema.slots[c]) != "station"]
             got[(svc, intent)] = _Table(rows, pack.echo.get(svc, {}).get(intent, []),
                                         schema.intents[intent].result_slots,
                                         caps.get((svc, intent)) or caps.get(intent) or 10,

@@ -10,8 +10,8 @@ import pytest
 
 from dialogsim.agents.nlu import ValueMatcher
 from dialogsim.engine import registry
-from dialogsim.engine.testing import simulate
 from dialogsim.scenarios.sgd.pack import load_pack
+from dialogsim.testing import simulate
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "sgd" / "dialogues_001.json"
 
@@ -51,6 +51,7 @@ def _score(pack, paths: list[Path]) -> dict[str, tuple[int, int, int]]:
     return {k: tuple(v) for k, v in counts.items()}
 
 
+@pytest.mark.slow
 def test_real_sgd_user_turns_are_read_precisely():
     """On the fixture's real SGD user turns the acts read are >= 0.9 precise (0.77 before the templates)."""
     counts = _score(load_pack(), [FIXTURE])
@@ -60,6 +61,7 @@ def test_real_sgd_user_turns_are_read_precisely():
         assert tp / true >= 0.75, (level, counts[level])
 
 
+@pytest.mark.slow
 def test_the_shared_sgd_dev_turns_are_read_precisely(shared_sgd):
     """Over three real SGD dev files (the pack's own sources, so not held out) precision stays >= 0.85."""
     paths = [shared_sgd / "dev" / f"dialogues_{n:03d}.json" for n in (1, 10, 20)]
@@ -73,9 +75,9 @@ def test_the_shared_sgd_dev_turns_are_read_precisely(shared_sgd):
     assert tp / pred >= 0.85 and tp / true >= 0.75, counts
 
 
+@pytest.mark.slow
 def test_the_agenda_user_succeeds_against_a_schema_agent_that_reads_text_only():
     """listen=text: 200 agenda dialogues in process succeed >= 80% (41% before the template reading)."""
-    registry.load_builtins()
     scenarios = registry.load_scenarios("sgd")
     log = simulate(user=registry.user_factory("agenda", scenarios, {}),
                    agent=registry.agent_factory("schema", scenarios, {"listen": "text"}),

@@ -7,28 +7,19 @@ from collections import Counter
 
 import pytest
 
-from dialogsim.agents.base import Observation
 from dialogsim.agents.nlu import ValueMatcher
 from dialogsim.agents.schema_agent import SchemaAgent
+from dialogsim.engine.contracts import EpisodeContext, Observation, Scenario, ToolResult, UserReply
 from dialogsim.engine.errors import UserError
 from dialogsim.engine.events import Act, Frame, UserTurn
 from dialogsim.engine.registry import agent_factory, user_factory
-from dialogsim.engine.testing import simulate
-from dialogsim.scenarios.base import EpisodeContext, Scenario, ToolResult
-from dialogsim.scenarios.sgd.pack import load_pack
 from dialogsim.scenarios.sgd.scenario_set import SgdScenarioSet
-from dialogsim.users.base import UserReply
+from dialogsim.testing import simulate
 
 SVC = "Restaurants_2"
 ROW = {"restaurant_name": "Sino", "location": "San Jose", "category": "Asian", "phone_number": "408-247-8880",
        "address": "377 Santana Row #1000", "price_range": "moderate", "rating": "4.00",
        "has_vegetarian_options": "True", "has_seating_outdoors": "True"}
-
-
-@pytest.fixture(scope="module")
-def pack():
-    """The bundled pack."""
-    return load_pack()
 
 
 @pytest.fixture
@@ -155,6 +146,7 @@ def test_value_matcher_reads_intent_values_and_answers(pack):
     assert ("REQUEST", "phone_number") in [(a.act, a.slot) for _, a in asks]
 
 
+@pytest.mark.slow
 def test_text_only_users_are_understood_well_enough_to_finish_dialogues(pack):
     """With frames stripped from user turns the agent runs on its NLU and still completes some goals."""
     scenarios = SgdScenarioSet(pack, ["Restaurants_2", "Hotels_4", "Weather_1", "Events_1"])

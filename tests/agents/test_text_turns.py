@@ -2,17 +2,18 @@
 
 from __future__ import annotations
 
+import pytest
+
 import json
 import random
 import urllib.request
 
-from dialogsim.agents.base import AgentReply, Observation
+from dialogsim.agents.http.server import make_app
+from dialogsim.agents.http.testing import serve_in_thread
 from dialogsim.agents.nlu import ValueMatcher
 from dialogsim.agents.schema_agent import SchemaAgent
+from dialogsim.engine.contracts import AgentReply, EpisodeContext, Observation, Scenario
 from dialogsim.engine.events import UserTurn
-from dialogsim.engine.server import make_app
-from dialogsim.engine.testing_http import serve_in_thread
-from dialogsim.scenarios.base import EpisodeContext, Scenario
 from dialogsim.scenarios.sgd.pack import load_pack
 
 
@@ -57,6 +58,7 @@ class _Mute:
         return AgentReply()
 
 
+@pytest.mark.slow
 def test_the_openai_server_never_sends_an_empty_assistant_content():
     """A reply without words or tool calls still goes out with non-blank content (clients reject a blank one)."""
     chat = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -41,6 +40,7 @@ def assert_exactly_once(run_dir: Path, episodes: int) -> None:
     assert all(s == list(range(len(s))) for s in seqs.values())
 
 
+@pytest.mark.slow
 def test_run_and_read_events(tmp_path):
     """A small run completes, and `events` shows it as text and as JSON lines."""
     out = tmp_path / "demo"
@@ -66,6 +66,7 @@ def test_run_and_read_events(tmp_path):
     (["events", "{tmp}/foreign"], "not a dialogsim run manifest"),
     (["events", "{tmp}/missing"], "no such run directory"),
 ])
+@pytest.mark.slow
 def test_bad_input_is_one_clear_line(tmp_path, args, message):
     """Bad input gives one line naming the problem, a non-zero exit, no traceback, nothing overwritten."""
     (tmp_path / "full").mkdir()
@@ -81,6 +82,7 @@ def test_bad_input_is_one_clear_line(tmp_path, args, message):
     assert not (tmp_path / "a").exists()
 
 
+@pytest.mark.slow
 def test_corrupt_log_is_reported_with_file_and_line(tmp_path):
     """A corrupt line in a shard is named by file and line; --skip-corrupt reads on and counts it."""
     out = tmp_path / "run"
@@ -112,6 +114,7 @@ def _start_and_kill(out: Path, episodes: int, sig: int, min_bytes: int = 200_000
     return proc
 
 
+@pytest.mark.slow
 def test_sigkill_mid_batch_then_resume_is_exactly_once(tmp_path):
     """A run killed with SIGKILL mid-batch, then resumed, ends every episode exactly once."""
     out = tmp_path / "run"
@@ -125,6 +128,7 @@ def test_sigkill_mid_batch_then_resume_is_exactly_once(tmp_path):
     assert json.loads((out / "manifest.json").read_text())["status"] == "completed"
 
 
+@pytest.mark.slow
 def test_ctrl_c_marks_the_run_interrupted_and_resume_finishes_it(tmp_path):
     """SIGINT flushes, marks the run interrupted in the manifest, exits non-zero; resume completes it."""
     out = tmp_path / "run"
@@ -138,6 +142,7 @@ def test_ctrl_c_marks_the_run_interrupted_and_resume_finishes_it(tmp_path):
     assert_exactly_once(out, episodes)
 
 
+@pytest.mark.slow
 def test_resume_of_a_completed_run_changes_nothing(tmp_path):
     """Resuming a finished run runs no episode again."""
     out = tmp_path / "run"
@@ -147,6 +152,7 @@ def test_resume_of_a_completed_run_changes_nothing(tmp_path):
     assert_exactly_once(out, 4)
 
 
+@pytest.mark.slow
 def test_ctrl_c_stops_a_run_waiting_on_an_agent_that_never_answers(tmp_path):
     """SIGINT while every episode waits on a hung live agent still ends the run at once, marked interrupted."""
     import socket
@@ -177,6 +183,7 @@ def test_ctrl_c_stops_a_run_waiting_on_an_agent_that_never_answers(tmp_path):
 
 @pytest.mark.parametrize("url", ["http://user:SECRETPW@127.0.0.1:9/", "http://127.0.0.1:9/?api_key=SECRETQ",
                                  "https://127.0.0.1:9/v1?access_token=SECRETQ"])
+@pytest.mark.slow
 def test_agent_urls_with_credentials_are_refused_before_anything_is_written(tmp_path, url):
     """A credential in an agent URL would be recorded in the manifest and every episode: refused, nothing created."""
     out = tmp_path / "run"
@@ -243,6 +250,7 @@ BROKEN_RUNS = {
 @pytest.mark.parametrize("command", [["events"], ["project", "--to", "sgd", "--no-progress"], ["stats"],
                                      ["run", "--no-progress", "--resume"]], ids=lambda c: c[0])
 @pytest.mark.parametrize("breakage", BROKEN_RUNS)
+@pytest.mark.slow
 def test_broken_run_directories_are_one_clear_line(tmp_path, capsys, small_run, command, breakage):
     """Every way a run directory can be broken gives one line naming the file and the problem, exit 2."""
     import shutil
@@ -323,9 +331,10 @@ def imported(tmp_path, capsys) -> Path:
 
 
 @pytest.mark.parametrize("where", ["fold", "render"])
+@pytest.mark.slow
 def test_ctrl_c_during_project_leaves_the_previous_output_whole(capsys, imported, monkeypatch, where):
     """Ctrl-C while folding or after the first rendered file: exit 130, one line, old files intact, no temp files."""
-    from dialogsim.engine.projections.sgd import SgdProjection
+    from dialogsim.scenarios.sgd.projection import SgdProjection
     out = imported / "projections" / "sgd@v1"
     before = _snapshot(out)
     if where == "fold":
@@ -348,7 +357,7 @@ def test_ctrl_c_during_project_leaves_the_previous_output_whole(capsys, imported
 
 def test_ctrl_c_during_import_leaves_nothing(tmp_path, capsys, monkeypatch):
     """Ctrl-C in the middle of an import removes the half-written run directory."""
-    from dialogsim.scenarios import sgd_corpus
+    from dialogsim.scenarios.sgd import corpus as sgd_corpus
     convert = sgd_corpus.dialogue_to_events
     calls = []
 
@@ -429,6 +438,7 @@ def test_resume_accepts_options_equal_to_the_recorded_ones(tmp_path, capsys, sma
     assert status == 0 and "completed: 4 episodes" in out, err
 
 
+@pytest.mark.slow
 def test_resume_finds_a_relative_pack_from_another_directory(tmp_path):
     """A run started with --scenarios ./pack records the absolute path, so --resume works from any directory."""
     small = SGD_FIXTURES.parent / "sgd_small"
@@ -582,6 +592,7 @@ def test_import_refuses_an_unknown_slot_naming_file_dialogue_turn_and_element(tm
 
 
 @pytest.mark.parametrize("position", ["before", "after"])
+@pytest.mark.slow
 def test_log_format_is_accepted_before_or_after_the_subcommand(tmp_path, position):
     """--log-format json works as a global option and after the subcommand, also a nested one."""
     out = tmp_path / "run"

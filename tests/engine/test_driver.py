@@ -6,7 +6,7 @@ import asyncio
 
 import simpy
 
-from dialogsim.agents.http_client import Answer
+from dialogsim.agents.http.client import Answer
 from dialogsim.engine.driver import Driver
 
 

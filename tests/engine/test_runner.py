@@ -7,13 +7,13 @@ import random
 
 import pytest
 
-from dialogsim.agents.base import AgentFailure, AgentReply, FaultReport, ToolCall
-from dialogsim.engine.events import AgentTurn, EpisodeEnded, Fault, ToolCalled, ToolReturned, UserTurn
-from dialogsim.engine.runner import Batch, Job, RunSettings, Sink
-from dialogsim.engine.testing import (MemoryLog, ScriptedAgent, ScriptLine, SleepyAgent, UserReply, capture_events,
-                                      simulate, strip_wall)
+from dialogsim.engine.contracts import AgentFailure, AgentReply, FaultReport, ToolCall
+from dialogsim.engine.events import AgentTurn, EpisodeEnded, Fault, SlotSpan, ToolCalled, ToolReturned, UserTurn
+from dialogsim.engine.runner import Batch, BatchSettings, Job, Sink
 from dialogsim.engine.timing import Arrivals, Delay
 from dialogsim.scenarios.builtin import BuiltinScenarios
+from dialogsim.testing import (MemoryLog, ScriptLine, ScriptedAgent, SleepyAgent, UserReply, capture_events, simulate,
+                               strip_wall)
 from dialogsim.users.scripted import ScriptedUser
 
 THINK, LATENCY = Delay("uniform", 1, 4), Delay("lognormal", -1, 0.5)
@@ -38,6 +38,7 @@ def test_seq_is_gapless_and_time_monotonic_per_episode():
         assert all(x.t <= y.t for x, y in zip(events, events[1:]))
 
 
+@pytest.mark.slow
 def test_coroutine_agents_with_random_real_latency_give_identical_logs():
     """Agents that sleep random real times still produce a byte-identical log: ordering is virtual."""
     logs = [simulate(episodes=15, seed=3, think=THINK, latency=LATENCY, concurrency=8,
@@ -115,7 +116,7 @@ def test_capture_events_sees_everything():
 
 def _batch(log, **settings):
     return Batch(run_id="test-run", scenarios=BuiltinScenarios(), make_user=ScriptedUser, make_agent=ScriptedAgent,
-                 sink=log, settings=RunSettings(think=THINK, latency=LATENCY, **settings))
+                 sink=log, settings=BatchSettings(think=THINK, latency=LATENCY, **settings))
 
 
 def test_resume_from_a_prefix_continues_to_the_same_events():
@@ -174,7 +175,7 @@ def _two_logged_episodes(tmp_path, make_user, make_agent) -> list[list]:
     (tmp_path / "manifest.json").write_text('{"format": "dialogsim-run", "shards": ["events/shard-000.jsonl"]}')
     writer = LogWriter(shard, "episode")
     batch = Batch(run_id="r", scenarios=BuiltinScenarios(), make_user=make_user, make_agent=make_agent, sink=writer,
-                  settings=RunSettings(episodes=2, think=THINK, latency=LATENCY))
+                  settings=BatchSettings(think=THINK, latency=LATENCY))
     asyncio.run(batch.run([Job(0), Job(1)]))
     writer.close()
     events = list(read_events(tmp_path))
@@ -206,7 +207,7 @@ def test_a_sink_that_defines_only_append_gets_every_event():
     episode arrives whole, seq gapless from its start to a successful end, turns included."""
     sink = _ListSink()
     batch = Batch(run_id="r", scenarios=BuiltinScenarios(), make_user=ScriptedUser, make_agent=ScriptedAgent,
-                  sink=sink, settings=RunSettings(episodes=3, seed=2))
+                  sink=sink, settings=BatchSettings(seed=2))
     asyncio.run(batch.run([Job(i) for i in range(3)]))
     for ep in ("e000000", "e000001", "e000002"):
         mine = [e for e in sink.events if e.ep == ep]
@@ -256,6 +257,7 @@ class _SlowFor:
         return AgentReply(utterance="done")
 
 
+@pytest.mark.slow
 async def test_ended_episodes_are_written_before_the_engine_waits_on_a_slow_live_call(tmp_path):
     """With durability episode, episodes that ended inside the group-commit window reach the file while a slow call runs."""
     from dialogsim.engine.log import LogWriter
@@ -263,7 +265,7 @@ async def test_ended_episodes_are_written_before_the_engine_waits_on_a_slow_live
     shard = tmp_path / "shard.jsonl"
     writer = LogWriter(shard, "episode")
     batch = Batch(run_id="r", scenarios=BuiltinScenarios(), make_user=lambda: ScriptedUser([UserReply(utterance="hi")]),
-                  make_agent=lambda: _SlowFor("e000002", 1.0), sink=writer, settings=RunSettings(episodes=3))
+                  make_agent=lambda: _SlowFor("e000002", 1.0), sink=writer, settings=BatchSettings())
     running = asyncio.ensure_future(batch.run([Job(0), Job(1), Job(2)]))
     await asyncio.sleep(0.4)
     assert shard.read_bytes().count(b'"type":"episode_ended"') == 2
@@ -287,7 +289,7 @@ def test_an_agent_without_a_deterministic_attribute_counts_as_deterministic():
     log = MemoryLog()
     user = lambda: ScriptedUser([UserReply(utterance=f"line {i}") for i in range(3)])
     batch = Batch(run_id="r", scenarios=BuiltinScenarios(), make_user=user, make_agent=_Plain, sink=log,
-                  settings=RunSettings(episodes=1, think=THINK, latency=LATENCY))
+                  settings=BatchSettings(think=THINK, latency=LATENCY))
     asyncio.run(batch.run([Job(0)]))
     assert not log.of_type("fault") and log.outcomes() == {"e000000": "success"}
 
@@ -317,3 +319,144 @@ def test_a_scenario_sets_judge_sees_the_episodes_events_and_can_fail_a_success()
         assert (ended[ep].outcome, ended[ep].reason) == (("failure", "a tool was called") if called
                                                         else ("success", "script completed"))
     assert {e.outcome for e in ended.values()} == {"success", "failure"}
+
+
+class _Remote:
+    """An agent that cannot be re-run (a live model, say): it answers from the observation alone, calls a tool on
+    its first turn, reports a retried request on its second and tags a slot in every turn; the turns it is asked
+    about go to ``asked``."""
+
+    deterministic = False
+
+    def __init__(self, asked):
+        self.asked = asked
+
+    def respond(self, obs):
+        self.asked.append(obs.turn_index)
+        if obs.turn_index == 1 and not obs.tool_results:
+            return AgentReply(tool_calls=[ToolCall(service="Weather_1", method="GetWeather",
+                                                   parameters={"city": "Paris", "date": "2019-03-01"})])
+        faults = [FaultReport(kind="http_status", detail="503", attempt=1)] if obs.turn_index == 3 else []
+        return AgentReply(utterance=f"answer {obs.turn_index}", faults=faults,
+                          tagged_slots={"Weather_1": [SlotSpan(slot="city", start=0, exclusive_end=4)]})
+
+
+def _remote_batch(log, asked):
+    user = lambda: ScriptedUser([UserReply(utterance=f"line {i}") for i in range(4)])
+    return Batch(run_id="r", scenarios=BuiltinScenarios(), make_user=user, make_agent=lambda: _Remote(asked),
+                 sink=log, settings=BatchSettings(seed=2, think=THINK, latency=LATENCY))
+
+
+def test_resume_reads_an_agent_that_cannot_be_rerun_back_from_the_tape():
+    """A resumed episode does not ask an agent that is not deterministic about the turns its tape holds (their
+    tool calls, faults and tagged slots are read back) and ends exactly as the uninterrupted episode did."""
+    full = MemoryLog()
+    asyncio.run(_remote_batch(full, []).run([Job(0)]))
+    events = full.episode("e000000")
+    assert [type(e).__name__ for e in events[1:7]] == ["UserTurn", "ToolCalled", "ToolReturned", "AgentTurn",
+                                                        "UserTurn", "Fault"]
+    for cut in range(2, len(events) - 1):
+        asked: list[int] = []
+        log = MemoryLog()
+        asyncio.run(_remote_batch(log, asked).run([Job(0, events[:cut])]))
+        assert strip_wall(events[:cut] + log.episode("e000000")) == strip_wall(events)
+        taped = {e.turn for e in events[:cut] if isinstance(e, AgentTurn)}
+        assert not taped & set(asked)
+
+
+class _LiveUser(ScriptedUser):
+    """A scripted user that answers as a live one would: through a coroutine, after a random real delay."""
+
+    async def respond(self, agent):
+        await asyncio.sleep(random.random() * 0.002)
+        return ScriptedUser.respond(self, agent)
+
+
+def test_a_live_user_gives_the_same_episodes_as_a_plain_one():
+    """A user whose answers are awaited gives each episode the same events as the same user answering at once."""
+    live = simulate(episodes=6, seed=3, think=THINK, latency=LATENCY, concurrency=3, user=_LiveUser)
+    plain = simulate(episodes=6, seed=3, think=THINK, latency=LATENCY, concurrency=3)
+    for ep in plain.outcomes():
+        assert strip_wall(live.episode(ep)) == strip_wall(plain.episode(ep))
+
+
+class _FailingUser(ScriptedUser):
+    """A user with a bug: its second answer raises."""
+
+    def respond(self, agent):
+        if self.said == 1:
+            raise KeyError("slot")
+        return super().respond(agent)
+
+
+def test_a_failing_user_ends_the_episode_with_a_user_fault():
+    """A user that raises gives a user fault after the turns before it, and outcome error naming the user."""
+    log = simulate(episodes=2, user=_FailingUser)
+    for ep in ("e000000", "e000001"):
+        events = log.episode(ep)
+        assert [type(e).__name__ for e in events[-3:]] == ["AgentTurn", "Fault", "EpisodeEnded"]
+        fault, ended = events[-2:]
+        assert (fault.who, fault.kind, fault.detail) == ("user", "exception", "KeyError: 'slot'")
+        assert (ended.outcome, ended.reason, ended.turns) == ("error", "user failed: KeyError: 'slot'", 2)
+
+
+class _LiveAgent:
+    """A live agent whose calls are kept, to see whether each was awaited or closed."""
+
+    deterministic = True
+
+    def __init__(self, calls):
+        self.calls = calls
+
+    async def answer(self):
+        return AgentReply(utterance="ok")
+
+    def respond(self, obs):
+        call = self.answer()
+        self.calls.append(call)
+        return call
+
+
+def test_a_live_call_after_a_turn_the_log_refuses_is_closed_not_leaked(tmp_path):
+    """When the turn before a live call cannot be encoded, the episode ends with a fault in its place and the call,
+    never to be awaited, is closed (no coroutine is left un-awaited)."""
+    import inspect
+
+    calls: list = []
+    user = lambda: _UnencodableUser([UserReply(utterance=f"line {i}") for i in range(6)])
+    for mine in _two_logged_episodes(tmp_path, user, lambda: _LiveAgent(calls)):
+        assert [type(e).__name__ for e in mine[-3:]] == ["AgentTurn", "Fault", "EpisodeEnded"]
+        assert mine[-1].outcome == "error" and mine[-1].turns == 4 and "TypeError" in mine[-2].detail
+    assert len(calls) == 6 and all(inspect.getcoroutinestate(c) == inspect.CORO_CLOSED for c in calls)
+
+
+@pytest.mark.parametrize("deterministic", [True, False])
+def test_an_ended_episode_frees_its_user_and_agent_without_the_garbage_collector(deterministic):
+    """A dialogue holds no reference cycle: its user and agent are freed as soon as it returns, new or resumed,
+    whether the agent is re-run or read back from the tape (the collector is off throughout)."""
+    import gc
+    import weakref
+
+    alive: list = []
+
+    def keep(obj):
+        alive.append(weakref.ref(obj))
+        return obj
+
+    class Agent(_Remote):
+        pass
+
+    Agent.deterministic = deterministic
+    full = MemoryLog()
+    asyncio.run(_remote_batch(full, []).run([Job(0)]))
+    user = lambda: keep(ScriptedUser([UserReply(utterance=f"line {i}") for i in range(4)]))
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        batch = Batch(run_id="r", scenarios=BuiltinScenarios(), make_user=user, make_agent=lambda: keep(Agent([])),
+                      sink=MemoryLog(), settings=BatchSettings(seed=2, think=THINK, latency=LATENCY))
+        asyncio.run(batch.run([Job(0, full.episode("e000000")[:5]), Job(1)]))
+        assert len(alive) == 4 and [ref() for ref in alive] == [None] * 4
+    finally:
+        if enabled:
+            gc.enable()

@@ -11,6 +11,7 @@ import pytest
 from dialogsim.engine.seeding import LazyRandom, Stream, episode_seed, stable_hash, stream
 
 
+@pytest.mark.slow
 def test_stable_hash_is_the_same_in_another_process():
     """The hash does not depend on Python's per-process hash salt."""
     code = "from dialogsim.engine.seeding import stable_hash; print(stable_hash('a', 1, 'b'))"

@@ -7,12 +7,11 @@ from collections import Counter
 
 import pytest
 
+from dialogsim.engine.contracts import EpisodeContext, Scenario
 from dialogsim.engine.events import Act, AgentTurn, Frame
 from dialogsim.engine.registry import agent_factory, user_factory
-from dialogsim.engine.testing import simulate
-from dialogsim.scenarios.base import EpisodeContext, Scenario
-from dialogsim.scenarios.sgd.pack import load_pack
 from dialogsim.scenarios.sgd.scenario_set import SgdScenarioSet
+from dialogsim.testing import simulate
 from dialogsim.users.agenda import AgendaUser
 from dialogsim.users.noise import NoiseModel, from_options
 
@@ -20,12 +19,6 @@ SVC = "Restaurants_2"
 GOAL = {"services": [SVC], "subgoals": [
     {"service": SVC, "intent": "FindRestaurants", "constraints": {"category": "Italian", "location": "San Jose"},
      "optional": {}, "requested": [], "relax": [], "feasible": True, "from_previous": {}}]}
-
-
-@pytest.fixture(scope="module")
-def pack():
-    """The bundled pack."""
-    return load_pack()
 
 
 def start(pack, noise: NoiseModel) -> AgendaUser:
@@ -69,6 +62,7 @@ def test_a_repair_comes_before_reacting_to_what_the_slip_caused(pack):
     assert not repair.end
 
 
+@pytest.mark.slow
 def test_noisy_turns_are_well_formed_and_mostly_succeed(pack):
     """At slot error 0.3 and intent error 0.2: no act twice in a frame, no repair with a goodbye, 90% success."""
     scenarios = SgdScenarioSet(pack, ["Restaurants_2", "Hotels_4", "Buses_1", "Weather_1", "Events_1"])
@@ -101,6 +95,7 @@ def test_rates_and_modes_are_checked():
     assert from_options({"intent_error": "0.2"}).intent_error == 0.2
 
 
+@pytest.mark.slow
 def test_noisy_users_still_mostly_succeed(pack):
     """At TC-Bot's usual 5% slot / 5% intent error rates most dialogues still reach the goal."""
     scenarios = SgdScenarioSet(pack, ["Restaurants_2", "Hotels_4", "Buses_1", "Weather_1", "Events_1"])

@@ -13,24 +13,16 @@ from pathlib import Path
 
 import pytest
 
-from dialogsim.agents.base import AgentReply
+from dialogsim.engine.contracts import AgentReply, EpisodeContext, Scenario
 from dialogsim.engine.events import Act, AgentTurn, Frame
-from dialogsim.scenarios.base import EpisodeContext, Scenario
 from dialogsim.engine.registry import agent_factory, user_factory
-from dialogsim.engine.testing import simulate
 from dialogsim.scenarios.sgd import normalize
-from dialogsim.scenarios.sgd.pack import load_pack
 from dialogsim.scenarios.sgd.scenario_set import SgdScenarioSet
+from dialogsim.testing import simulate
 from dialogsim.users.agenda import AgendaUser
 from dialogsim.users.understanding import Context, Understanding, measure, triples
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
-
-
-@pytest.fixture(scope="module")
-def pack():
-    """The bundled default pack."""
-    return load_pack()
 
 
 @pytest.fixture(scope="module")
@@ -59,6 +51,7 @@ def test_normalisers_read_spoken_times_dates_counts_and_prices():
     assert normalize.money("$11.08") == "11.08"
 
 
+@pytest.mark.slow
 def test_acts_of_real_system_turns_are_recovered_precisely(reader, pack):
     """On the real SGD system turns of the fixtures: precision > 0.95 and recall > 0.8 of (act, slot, value)."""
     got = measure(reader, _dialogues(), pack.services)
@@ -101,6 +94,7 @@ class TextOnly:
         return AgentReply(utterance=reply.utterance, tool_calls=reply.tool_calls, end=reply.end)
 
 
+@pytest.mark.slow
 def test_agenda_user_reaches_its_goal_with_a_text_only_agent(pack):
     """Against the schema agent stripped of its acts, the agenda user still succeeds in >= 85% of 300 dialogues."""
     scenarios = SgdScenarioSet(pack)
@@ -144,6 +138,7 @@ def test_a_text_only_confirmation_gets_the_same_reaction_as_an_annotated_one(pac
     assert text_only.utterance == annotated.utterance and text_only.frames == annotated.frames
 
 
+@pytest.mark.slow
 def test_agenda_users_complete_most_dialogues_with_the_schema_agent_over_openai_http(tmp_path):
     """serve-agent --protocol openai with the schema agent, dialogsim run --agent openai:URL: text both ways,
     and the agenda users still reach their goal in most dialogues (without reading text: almost none)."""

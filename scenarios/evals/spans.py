@@ -1,0 +1,136 @@
+"""An episode as OpenTelemetry spans following the GenAI semantic conventions, derived from its log alone.
+
+Per user turn one trace: ``invocation`` (root) > ``invoke_agent NAME`` > the agent's steps: a ``call_llm``
+that asked for tools, an ``execute_tool NAME`` per call, and the ``call_llm`` whose reply was spoken.
+Ids are hashes of (run, episode, seq of the event, kind) and times are virtual time mapped onto the run's
+wall start, so one log always gives one trace. The mapping is documented in docs/evals.md.
+"""
+
+from __future__ import annotations
+
+import json
+from hashlib import blake2b
+from typing import Any
+
+import msgspec
+
+from .episode import EpisodeRecord, Exchange, RunFacts, ToolCallRecord
+
+
+class Span(msgspec.Struct, kw_only=True):
+    """One span as a ``session_trace`` entry: ids in hex, times in unix nanoseconds."""
+
+    name: str
+    span_id: str
+    trace_id: str
+    parent_span_id: str | None
+    start_time: int
+    end_time: int
+    attributes: dict[str, Any]
+
+
+INVOCATION = "invocation"
+INVOKE_AGENT = "invoke_agent"
+CALL_LLM = "call_llm"
+EXECUTE_TOOL = "execute_tool"
+ERROR_TYPE = "error.type"
+
+
+def hex_id(nbytes: int, *parts: object) -> str:
+    """A stable id of ``nbytes`` bytes in hex from the parts' text (never all zeros, which OTLP forbids)."""
+    digest = blake2b("\x1f".join(map(str, parts)).encode("utf-8"), digest_size=nbytes).hexdigest()
+    return digest if digest.strip("0") else "0" * (2 * nbytes - 1) + "1"
+
+
+def session_id(record: EpisodeRecord) -> str:
+    """The conversation id of an episode: ``RUN/EPISODE``."""
+    return f"{record.run}/{record.ep}"
+
+
+def agent_name(record: EpisodeRecord) -> str:
+    """The agent's name in traces: its spec as the run recorded it (``schema``, ``openai:http://...``)."""
+    return record.agent_spec or "agent"
+
+
+def to_ns(facts: RunFacts, t: float) -> int:
+    """Virtual seconds -> unix nanoseconds on the run's wall clock."""
+    return facts.epoch_ns + round(t * 1_000_000_000)
+
+
+def episode_spans(record: EpisodeRecord, facts: RunFacts) -> list[Span]:
+    """Every span of an episode, parents before children, in time order."""
+    out: list[Span] = []
+    for index, x in enumerate(record.exchanges):
+        end_t = x.agent.t if x.agent is not None else _next_start(record, index)
+        out.extend(_exchange_spans(record, facts, x, end_t))
+    return out
+
+
+def _next_start(record: EpisodeRecord, index: int) -> float:
+    """Where an unanswered user turn's invocation ends: the next user turn, or the episode's end."""
+    later = record.exchanges[index + 1:]
+    return later[0].user.t if later else max(record.end_t, record.exchanges[index].user.t)
+
+
+def _exchange_spans(record: EpisodeRecord, facts: RunFacts, x: Exchange, end_t: float) -> list[Span]:
+    run, ep, seq = record.run, record.ep, x.user.seq
+    trace = hex_id(16, run, ep, seq, "trace")
+    start_ns, end_ns = to_ns(facts, x.user.t), to_ns(facts, end_t)
+    name = agent_name(record)
+    invocation = Span(name=INVOCATION, span_id=hex_id(8, run, ep, seq, INVOCATION), trace_id=trace,
+                      parent_span_id=None, start_time=start_ns, end_time=end_ns, attributes={})
+    agent = Span(name=f"{INVOKE_AGENT} {name}", span_id=hex_id(8, run, ep, seq, INVOKE_AGENT), trace_id=trace,
+                 parent_span_id=invocation.span_id, start_time=start_ns, end_time=end_ns,
+                 attributes={"gen_ai.operation.name": INVOKE_AGENT, "gen_ai.agent.name": name,
+                             "gen_ai.conversation.id": session_id(record)})
+    out = [invocation, agent]
+    model_attrs = {"gen_ai.operation.name": "chat"}
+    if facts.model:
+        model_attrs["gen_ai.request.model"] = facts.model
+    t = x.user.t
+    if x.calls:
+        # the step that asked for the tools: the log gives the turn's latency to the spoken step, so this one
+        # takes no time (tool rounds are not marked in the log: consecutive calls count as one round)
+        out.append(Span(name=CALL_LLM, span_id=hex_id(8, run, ep, x.calls[0].seq, CALL_LLM), trace_id=trace,
+                        parent_span_id=agent.span_id, start_time=to_ns(facts, t), end_time=to_ns(facts, t),
+                        attributes=dict(model_attrs)))
+    for call in x.calls:
+        start = max(t, call.t)
+        t = start + call.latency
+        out.append(Span(name=f"{EXECUTE_TOOL} {call.name}", span_id=hex_id(8, run, ep, call.seq, EXECUTE_TOOL),
+                        trace_id=trace, parent_span_id=agent.span_id, start_time=to_ns(facts, start),
+                        end_time=to_ns(facts, t), attributes=_tool_attributes(call)))
+    if x.agent is not None:
+        attrs = dict(model_attrs)
+        if x.agent.usage is not None:
+            attrs["gen_ai.usage.input_tokens"] = x.agent.usage.input_tokens
+            attrs["gen_ai.usage.output_tokens"] = x.agent.usage.output_tokens
+        start = min(t, x.agent.t)
+        out.append(Span(name=CALL_LLM, span_id=hex_id(8, run, ep, x.agent.seq, CALL_LLM), trace_id=trace,
+                        parent_span_id=agent.span_id, start_time=to_ns(facts, start),
+                        end_time=to_ns(facts, x.agent.t), attributes=attrs))
+    return out
+
+
+def _tool_attributes(call: ToolCallRecord) -> dict[str, Any]:
+    attrs: dict[str, Any] = {"gen_ai.operation.name": EXECUTE_TOOL, "gen_ai.tool.name": call.name,
+                             "gen_ai.tool.type": "function", "gen_ai.tool.call.id": call.call_id,
+                             "gen_ai.tool.call.arguments": json.dumps(call.arguments, ensure_ascii=False)}
+    if call.error is not None:
+        attrs["gen_ai.tool.call.result"] = json.dumps({"error": call.error}, ensure_ascii=False)
+        attrs[ERROR_TYPE] = "tool_error"
+    elif not call.returned:
+        attrs[ERROR_TYPE] = "no_result"
+    else:
+        attrs["gen_ai.tool.call.result"] = json.dumps(call.results or [], ensure_ascii=False)
+    return attrs
+
+
+def span_kind(name: str) -> str:
+    """A span name's kind: ``call_llm``, ``execute_tool``, ``invoke_agent`` or ``invocation``."""
+    return name.split(" ", 1)[0]
+
+
+def duration_s(span: Span) -> float:
+    """A span's duration in seconds."""
+    return (span.end_time - span.start_time) / 1e9
