@@ -60,6 +60,7 @@ def test_program_runs_as_a_script_in_a_fresh_directory_without_environment(monke
     assert result.output.decode() == "__main__ True ['program.py'] ['HOME', 'LANG', 'PATH', 'TMPDIR']\n"
 
 
+@pytest.mark.slow
 def test_infinite_loop_times_out_and_scores_nothing():
     """A program that never ends is killed at the wall-clock timeout."""
     start = time.monotonic()
@@ -68,6 +69,7 @@ def test_infinite_loop_times_out_and_scores_nothing():
     assert time.monotonic() - start < QUICK.timeout + 3
 
 
+@pytest.mark.slow
 def test_fork_bomb_is_contained_and_leaves_nothing_running():
     """A fork bomb meets the process limit, is killed at the timeout, leaves no process, and the pool goes on."""
     bomb = "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass\n" + FAILING_TESTS
@@ -123,6 +125,7 @@ def test_environment_secrets_do_not_reach_the_program(monkeypatch):
     assert secret.encode() not in result.output
 
 
+@pytest.mark.slow
 def test_no_network(tmp_path):
     """A server on the host's loopback cannot be reached from inside."""
     needs("network")

@@ -48,6 +48,7 @@ def test_fixture_gives_the_converter_s_tuples_byte_for_byte(tmp_path):
     assert got == expected
 
 
+@pytest.mark.slow
 def test_full_sample_equals_the_converter_s_output(tmp_path, shared_rl_tuples):
     """All 100 sample episodes: 995 tuples, JSON-equal (and byte-equal) to converted_sample.json."""
     out = _project(tmp_path, shared_rl_tuples / "simulated_dialog_sample.json")

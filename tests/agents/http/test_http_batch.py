@@ -97,6 +97,7 @@ def test_killed_mid_batch_then_resumed_ends_every_episode_exactly_once(tmp_path)
     assert {e.outcome for e in events if isinstance(e, EpisodeEnded)} == {"success"}
 
 
+@pytest.mark.slow
 def test_a_live_agent_gets_four_episodes_in_flight_per_request_slot_unless_told(tmp_path):
     """Without --concurrency a run against a live agent has 4 episodes per agent slot in flight (recorded in the
     manifest and run_started) and keeps the slots full; an explicit value wins; in-process agents get 32."""

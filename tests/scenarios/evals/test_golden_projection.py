@@ -60,6 +60,7 @@ def test_a_golden_question_from_sgd_gets_its_world_back(tmp_path, run_cli):
     assert set(started.scenario["data"]) == {"user", "golden", "pack", "goal", "schemas", "sgd_world"}
 
 
+@pytest.mark.slow
 def test_two_hundred_sgd_dialogues_round_trip_with_tool_call_match_of_at_least_095(tmp_path, run_cli):
     """The issue's figure: 200 SGD-world dialogues -> golden -> the schema agent again, on another seed: >= 0.95."""
     _, path = _sgd_golden(tmp_path, run_cli, 200)

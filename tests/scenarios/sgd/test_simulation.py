@@ -67,6 +67,7 @@ def test_success_rate_at_least_90_percent(run):
     assert outcomes["success"] / 1000 >= 0.90, outcomes
 
 
+@pytest.mark.slow
 def test_every_act_kind_occurs(run):
     """Every SGD user act and every SGD system act is used somewhere in the batch."""
     user = {a.act for e in run.of_type("user_turn") for f in e.frames for a in f.actions}
