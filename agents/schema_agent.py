@@ -469,7 +469,7 @@ class SchemaAgent:
 
     def take_results(self, result: Any) -> tuple[str, str, list, list[dict[str, Any]]]:
         """Fold the result of the call just made into the belief: (service, intent, the acts to say with it,
-        the rows; none when a transaction failed). A search's rows become the results to offer."""
+        the rows; none when a transaction failed). A search's rows become the results to offer, none offered yet."""
         name, intent, out = self.pending
         self.pending = None
         t, svc = self.tracks[name], self.service(name)
@@ -481,11 +481,9 @@ class SchemaAgent:
                 t.booked = rows[0]
             else:
                 rows = []
-        else:
+        else:  # nothing is on the table until one of the new results is offered
             t.results, t.pos = rows, 0
-            t.selected = None
-            if not rows:
-                t.offered = None
+            t.selected = t.offered = None
         return name, intent, out, rows
 
     def _after_call(self, result: Any) -> AgentReply:
