@@ -51,7 +51,7 @@ _MAX_SILENT = 1000  # episodes in a row that end before the agent is asked: the 
 class DialogueEnv(gym.Env):
     """The learner is the agent; a scenario pack's user, world and judge are the environment."""
 
-    metadata = {"render_modes": ["ansi"]}
+    metadata = {"render_modes": ["ansi"], "render_fps": 4}
 
     def __init__(self, scenarios: str = "sgd", *, max_turns: int = 50, seed: int | None = None,
                  log_dir: str | None = None, user: str = "agenda", user_options: dict[str, Any] | None = None,
@@ -209,7 +209,9 @@ class DialogueEnv(gym.Env):
     def _info(self, filled: bool) -> dict[str, Any]:
         request = self.stepper.request
         info: dict[str, Any] = {"state": self.observer.state(), "filled": filled}
-        if request is not None:
+        if request is None:  # the episode is over: whatever comes next is not said (a vector env resets)
+            info["action_mask"] = np.ones(len(self.actions), dtype=np.int8)
+        else:
             info["action_mask"] = np.array(self.actions.mask(self.stepper.voice), dtype=np.int8)
             # the envelope's run, episode and wall stamp left out: info is the same for the same seed and actions
             info["user_turn"] = msgspec.structs.replace(request.observation.user, run="", ep="", wall=0)
