@@ -45,6 +45,7 @@ from ..agents.schema_agent import SchemaAgent
 from ..engine.contracts import AgentReply
 
 REQ_MORE, GOODBYE = "REQ_MORE", "GOODBYE"
+_CONDITIONAL = frozenset(("CONFIRM", "OFFER", "INFORM", "ANSWER"))  # kinds that need the belief to be filled
 # a reply's move is its first act kind in this order (closing, the outcome, asking, proposing, informing)
 _MOVE_RANK = ("GOODBYE", "NOTIFY_FAILURE", "NOTIFY_SUCCESS", "CONFIRM", "REQUEST", "OFFER_INTENT", "OFFER",
               "INFORM", "REQ_MORE")
@@ -91,6 +92,12 @@ class ActionSet:
         for schema in schemas:
             self.actions += service_actions(schema)
         self.ids = {action: i for i, action in enumerate(self.actions)}
+        # the mask: ids that can always be filled, and per service the ids that need its belief
+        self._always = bytes(a.kind not in _CONDITIONAL for a in self.actions)
+        self._conditional = {
+            name: (self.ids[Action("CONFIRM", name)], self.ids[Action("OFFER", name)], self.ids[Action("ANSWER", name)],
+                   [(a.arg, i) for i, a in enumerate(self.actions) if a.kind == "INFORM" and a.service == name])
+            for name in self.services}
 
     def __len__(self) -> int:
         return len(self.actions)
@@ -99,24 +106,26 @@ class ActionSet:
         """Every action's name, in id order."""
         return [a.name for a in self.actions]
 
-    def mask(self, voice: SchemaAgent) -> list[bool]:
-        """Which actions can be filled from ``voice``'s belief now."""
-        out = []
-        tracks = voice.tracks
-        for action in self.actions:
-            kind = action.kind
-            track = tracks.get(action.service) if action.service else None
-            if kind == "CONFIRM":
-                out.append(track is not None and track.intent is not None)
-            elif kind == "OFFER":
-                out.append(track is not None and bool(track.results))
-            elif kind == "INFORM":
-                entity = track.entity() if track is not None else None
-                out.append(entity is not None and entity.get(action.arg) not in (None, ""))
-            elif kind == "ANSWER":
-                out.append(track is not None and bool(track.answers()))
-            else:
-                out.append(True)
+    def mask(self, voice: SchemaAgent) -> bytearray:
+        """Which actions can be filled from ``voice``'s belief now: 1 or 0 per id."""
+        out = bytearray(self._always)
+        conditional = self._conditional
+        for name, track in voice.tracks.items():
+            ids = conditional.get(name)
+            if ids is None:
+                continue
+            confirm, offer, answer, informs = ids
+            if track.intent is not None:
+                out[confirm] = 1
+            if track.results:
+                out[offer] = 1
+            entity = track.entity()
+            if entity is not None:
+                for slot, i in informs:
+                    if entity.get(slot) not in (None, ""):
+                        out[i] = 1
+                if track.answers():
+                    out[answer] = 1
         return out
 
     def realize(self, action_id: int, voice: SchemaAgent) -> tuple[AgentReply, bool]:

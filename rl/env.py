@@ -212,7 +212,7 @@ class DialogueEnv(gym.Env):
         if request is None:  # the episode is over: whatever comes next is not said (a vector env resets)
             info["action_mask"] = np.ones(len(self.actions), dtype=np.int8)
         else:
-            info["action_mask"] = np.array(self.actions.mask(self.stepper.voice), dtype=np.int8)
+            info["action_mask"] = np.frombuffer(self.actions.mask(self.stepper.voice), dtype=np.int8)
             # the envelope's run, episode and wall stamp left out: info is the same for the same seed and actions
             info["user_turn"] = msgspec.structs.replace(request.observation.user, run="", ep="", wall=0)
             if request.call is not None:
