@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, NamedTuple
 
 import msgspec
@@ -103,6 +104,7 @@ class EpisodeStepper:
         self._future: asyncio.Future[AgentReply] | None = None
         self._pause: asyncio.Future[None] | None = None
         self._task: asyncio.Task[None] | None = None
+        self._thread: ThreadPoolExecutor | None = None  # runs the loop when the caller's thread runs one already
 
     def start(self, seed: int, index: int, episode: int) -> None:
         """Start the ``index``-th episode of master seed ``seed``, logged as episode number ``episode``, and run it
@@ -141,6 +143,9 @@ class EpisodeStepper:
         if not self.loop.is_closed():
             self.abandon()
             self.loop.close()
+        if self._thread is not None:
+            self._thread.shutdown()
+            self._thread = None
 
     # -- the loop ---------------------------------------------------------------------------------
 
@@ -166,8 +171,22 @@ class EpisodeStepper:
         if task is None or task.done():
             return
         self._pause = self.loop.create_future()
-        self.loop.run_until_complete(self._pause)
+        if _loop_running():  # a notebook's, say: an event loop cannot run inside another in one thread
+            if self._thread is None:
+                self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="dialogsim-env")
+            self._thread.submit(self.loop.run_until_complete, self._pause).result()
+        else:
+            self.loop.run_until_complete(self._pause)
         self._pause = None
         if task.done():
             self._task = None
             task.result()  # an engine failure (not an episode's: those end the episode) is raised here
+
+
+def _loop_running() -> bool:
+    """Whether this thread is running an event loop."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True

@@ -196,6 +196,23 @@ def test_the_observation_encodes_the_tracker_state():
     env.close()
 
 
+def test_the_env_works_where_an_event_loop_is_running_already():
+    """Called from a coroutine (a notebook's cell runs in the kernel's loop), the env runs its own loop in a
+    thread of its own, and episodes come out as they do elsewhere."""
+    import asyncio
+
+    def episode() -> tuple[list, float]:
+        env = DialogueEnv(SPEC)
+        (result,) = play(env, rule(env), 1, seed=8)
+        env.close()
+        return result["actions"], result["return"]
+
+    async def inside() -> tuple[list, float]:
+        return episode()
+
+    assert asyncio.run(inside()) == episode()
+
+
 def test_bad_options_are_one_line_errors():
     """Scenarios without an SGD pack, a turn limit below 2, an unknown render mode: UserError."""
     with pytest.raises(UserError, match="needs SGD scenarios"):
