@@ -27,7 +27,7 @@ TARGET = 3_000
 def record(scenarios: str, episodes: int, seed: int) -> tuple[list[list[int]], list[str], float]:
     """The rule policy's actions and outcomes per episode, and its own CPU seconds per step."""
     env = DialogueEnv(scenarios)
-    policy = SchemaPolicy(env.actions, env.stepper.scenarios.pack, seed=seed)
+    policy = SchemaPolicy(env.actions, env.pack, seed=seed)
     actions: list[list[int]] = []
     outcomes: list[str] = []
     spent = 0.0

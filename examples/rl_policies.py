@@ -52,7 +52,7 @@ def main() -> None:
         log_dir = str(args.log_dir / name) if args.log_dir else None
         env = DialogueEnv(args.scenarios, max_turns=args.max_turns, log_dir=log_dir)
         if name == "rule":
-            policy = SchemaPolicy(env.actions, env.stepper.scenarios.pack, seed=args.seed)
+            policy = SchemaPolicy(env.actions, env.pack, seed=args.seed)
         else:
             policy = RandomPolicy(env.action_space.n, seed=args.seed, masked=name == "random-masked")
         start = time.perf_counter()

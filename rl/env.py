@@ -73,6 +73,7 @@ class DialogueEnv(gym.Env):
         names = scenario_set.services or sorted(pack.schemas)
         schemas = [pack.schemas[name] for name in names]
         self.render_mode = render_mode
+        self.pack = pack  # the scenario pack (a policy that realizes acts, like SchemaPolicy, needs it)
         self.actions = ActionSet(schemas)
         self.layout = Layout(schemas)
         self.action_space = spaces.Discrete(len(self.actions))

@@ -51,7 +51,7 @@ def play(env: DialogueEnv, policy, episodes: int, seed: int) -> list[dict]:
 
 
 def rule(env: DialogueEnv, seed: int = 0) -> SchemaPolicy:
-    return SchemaPolicy(env.actions, env.stepper.scenarios.pack, seed=seed)
+    return SchemaPolicy(env.actions, env.pack, seed=seed)
 
 
 def test_gymnasiums_env_checker_passes():
@@ -232,3 +232,16 @@ def test_importing_dialogsim_does_not_import_gymnasium():
                           cwd=Path(__file__).parent)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["False", "True"]
+
+
+@pytest.mark.slow
+def test_the_example_runs_as_the_readme_prints_it(tmp_path):
+    """examples/rl_policies.py prints a success rate per policy, the rule policy's well above the random ones'."""
+    script = Path(__file__).resolve().parents[2] / "examples" / "rl_policies.py"
+    done = subprocess.run([sys.executable, str(script), "--scenarios", SPEC, "--episodes", "10",
+                           "--log-dir", str(tmp_path / "logs")], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    rates = {line.split()[0]: float(line.split()[2]) for line in done.stdout.splitlines()[1:]}
+    assert set(rates) == {"random", "random-masked", "rule"} and rates["rule"] >= 0.8 > rates["random"]
+    assert json.loads((tmp_path / "logs" / "rule" / "manifest.json").read_text())["counts"]["episodes"] == 10
+
