@@ -91,8 +91,8 @@ class DialogueEnv(gym.Env):
         self.run: RunDir | None = None
         self.writer: LogWriter | None = None
         if log_dir is not None:
-            self.run = RunDir.create(log_dir, run_id=self.run_id, config=config, seed=seed or 0)
-            self.writer = LogWriter(self.run.path / self.run.manifest["shards"][0], durability)  # type: ignore
+            self.run = run = RunDir.create(log_dir, run_id=self.run_id, config=config, seed=seed or 0)
+            self.writer = LogWriter(run.path / run.manifest["shards"][0], durability)
             self.writer.append(RunStarted(run=self.run_id, ep="", seq=0, t=0.0, wall=time.time_ns(), config=config,
                                           code_version=__version__, seed=seed or 0))
         self.stepper = EpisodeStepper(scenario_set, make_user, settings, self.writer or Discard(), run_id=self.run_id,
