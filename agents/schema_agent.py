@@ -15,7 +15,7 @@ import bisect
 import itertools
 import random
 from operator import attrgetter, itemgetter
-from typing import Any
+from typing import Any, NamedTuple
 
 from ..engine.contracts import AgentReply, EpisodeContext, Observation, ToolCall
 from ..engine.events import Act, DialogueState, Frame, SlotSpan
@@ -34,8 +34,8 @@ _act_of = attrgetter("act")
 _first = itemgetter(0)
 
 
-class _Service:
-    """The schema facts the policy needs for one service, precomputed once per run."""
+class ServiceSchema:
+    """The schema facts the policy needs for one service, precomputed once per run (shared by its episodes)."""
 
     __slots__ = ("name", "required", "optional", "params", "transactional", "args", "categorical", "offer_slots",
                  "search", "txn", "results", "mined_offers", "sources", "possible")
@@ -84,7 +84,7 @@ def _transfer_sources(pack: Any, name: str) -> dict[str, list[tuple[str, str]]]:
     return out
 
 
-def _mined_offer_sets(pack: Any, name: str, svc: _Service, intent: str) -> tuple[list, list] | None:
+def _mined_offer_sets(pack: Any, name: str, svc: ServiceSchema, intent: str) -> tuple[list, list] | None:
     """The OFFER slot sets real systems used for this service (the pack's SYSTEM template signatures
     made of OFFERs only), weighted by how many templates each has: offers then read like real ones."""
     banks = getattr(getattr(pack, "realizer", None), "banks", None) or {}
@@ -104,8 +104,9 @@ def _mined_offer_sets(pack: Any, name: str, svc: _Service, intent: str) -> tuple
     return sets, list(itertools.accumulate(counts[k] for k in sets))
 
 
-class _Track:
-    """The agent's belief about one service: intent, values, entity on the table, pending confirmation."""
+class Track:
+    """The agent's belief about one service: intent, values, requested slots, results, the entity on the table,
+    pending confirmation."""
 
     __slots__ = ("intent", "canon", "values", "requested", "results", "pos", "offered", "selected", "booked",
                  "changed", "confirming", "done", "_state", "proposal")
@@ -138,6 +139,29 @@ class _Track:
                                              slot_values=self.values)
         return st
 
+    def entity(self) -> dict[str, Any] | None:
+        """The entity talked about: the booking just made, else the selected or offered result, else the last
+        booking (None when there is none)."""
+        if self.booked is not None and self.intent in self.done:
+            return self.booked
+        return self.selected or self.offered or self.booked
+
+    def answers(self) -> list[tuple[str, str, Any]]:
+        """INFORM acts for the slots the user requested this turn that the entity talked about holds."""
+        entity = self.entity()
+        if entity is None:
+            return []
+        return [("INFORM", slot, entity[slot]) for slot in self.requested if slot in entity]
+
+
+class Heard(NamedTuple):
+    """A user turn as a policy decides on it, once ``SchemaAgent.listen`` has folded it into the belief."""
+
+    service: str | None  # the service in focus (None: no service spoken of yet)
+    kinds: set[str]  # the kinds of the user's acts
+    closing: bool  # the user said goodbye, ended the dialogue, or said no to "anything else?"
+    affirmed: bool  # the user affirmed the values the agent confirmed: the transaction can be made
+
 
 def _kinds(said: list[tuple[str, list[Act]]]) -> set[str]:
     """The kinds of the acts the user said this turn."""
@@ -150,8 +174,8 @@ def _kinds(said: list[tuple[str, list[Act]]]) -> set[str]:
 class _Tracks(dict):
     """Service name -> its track, made on first use: ``tracks[name]`` always has one, ``get`` only if known."""
 
-    def __missing__(self, name: str) -> _Track:
-        t = self[name] = _Track()
+    def __missing__(self, name: str) -> Track:
+        t = self[name] = Track()
         return t
 
 
@@ -160,7 +184,7 @@ class SchemaAgent:
 
     deterministic = True
 
-    def __init__(self, pack: Any = None, *, services: dict[str, _Service] | None = None,
+    def __init__(self, pack: Any = None, *, services: dict[str, ServiceSchema] | None = None,
                  max_request: int = 2, count_rate: float = 0.55, propose_rate: float = 0.5,
                  listen: str = "acts") -> None:
         self.pack = pack
@@ -180,7 +204,7 @@ class SchemaAgent:
         self.rng: random.Random = ctx.rng
         self.schemas = data.get("schemas") or {}
         self.names = list(self.schemas) or sorted({t.service for t in ctx.tools})
-        self.tracks: dict[str, _Track] = _Tracks()
+        self.tracks: dict[str, Track] = _Tracks()
         self.current: str | None = None
         self.last: set[str] = set()  # act kinds of the agent's previous turn
         self._expecting: list[str] = []  # slots the agent asked for last
@@ -195,6 +219,11 @@ class SchemaAgent:
         """Answer a user turn, or turn the results of the call just made into a turn."""
         if obs.tool_results and self.pending is not None:
             return self._after_call(obs.tool_results[0])
+        return self.decide(self.listen(obs))
+
+    def listen(self, obs: Observation) -> Heard:
+        """Understand a user turn and fold it into the belief (the tracks, the focus, accepted offers and values):
+        what ``decide`` turns into the rule's reply, or another policy into its own."""
         user = obs.user
         frames = user.frames
         if frames and not self.text_only:
@@ -211,15 +240,16 @@ class SchemaAgent:
             self._tagged = {}
             for service, span in found:
                 self._tagged.setdefault(service, []).append(span)
-        return self._policy(said, user.end)
+        return self._hear(said, user.end)
 
     # -- understanding ----------------------------------------------------------------------------
 
-    def _service(self, name: str) -> _Service:
+    def service(self, name: str) -> ServiceSchema:
+        """The schema facts of service ``name``."""
         svc = self._services.get(name)
         if svc is None:
             schema = self.schemas.get(name) or self.pack.schemas[name]
-            svc = self._services[name] = _Service(schema)
+            svc = self._services[name] = ServiceSchema(schema)
         return svc
 
     def _understand(self, text: str, spans: list[tuple[str, SlotSpan]]) -> list[tuple[str, Act]]:
@@ -231,7 +261,7 @@ class SchemaAgent:
             last = last | {"OFFER"}  # an answer about the offer leaves it on the table: "sounds good" selects it
         return self._nlu.parse(text, self.current, track.intent if track else None, last, self._expecting, spans)
 
-    def _set(self, t: _Track, svc: _Service, slot: str, canon: str, spoken: str, change: bool = True) -> None:
+    def _set(self, t: Track, svc: ServiceSchema, slot: str, canon: str, spoken: str, change: bool = True) -> None:
         if slot not in svc.args:
             return
         old = t.canon.get(slot)
@@ -250,12 +280,12 @@ class SchemaAgent:
         if not acts:
             return
         t = self.tracks[name]
-        svc = self._services.get(name) or self._service(name)
+        svc = self._services.get(name) or self.service(name)
         for a in acts:
             if a.canonical_values and a.values:
                 self._set(t, svc, a.slot, a.canonical_values[0], a.values[0], change)
 
-    def _propose(self, name: str, svc: _Service, slot: str) -> str | None:
+    def _propose(self, name: str, svc: ServiceSchema, slot: str) -> str | None:
         """A value for ``slot`` carried over from another service of this dialogue, the way SGD's system
         asks "Are you wanting the car on March 7th?": the pack's mined slot transfers say which slots."""
         if svc.sources is None:
@@ -271,15 +301,15 @@ class SchemaAgent:
 
     # -- policy -----------------------------------------------------------------------------------
 
-    def _policy(self, said: list[tuple[str, list[Act]]], user_end: bool) -> AgentReply:
-        """The reply to the user's acts, per service in the order said (no service has an empty list)."""
+    def _hear(self, said: list[tuple[str, list[Act]]], user_end: bool) -> Heard:
+        """Fold the user's acts, per service in the order said (no service has an empty list), into the belief."""
         for t in self.tracks.values():
             if t.requested:
                 t.requested = []  # a new list: the last state keeps the old one
         kinds = _kinds(said)
         name = self._focus(said, kinds)
         if name is None:
-            return self._say(None, [("REQ_MORE", "", None)], end=False)
+            return Heard(None, kinds, False, False)
         t = self.tracks[name]
         confirming, proposal = t.confirming, t.proposal
         t.confirming = t.proposal = None
@@ -289,12 +319,24 @@ class SchemaAgent:
             t.intent = None  # SGD's state has no active intent after "no" to an offer or to "anything else?"
         self._track_user_acts(said)
         if "GOODBYE" in kinds or user_end or declined:
-            return self._say(name, [("GOODBYE", "", None)], end=True)
+            return Heard(name, kinds, True, False)
         self._take_accepted(name, t, kinds, proposal)
-        if confirming is not None and "AFFIRM" in kinds and "INFORM" not in kinds:
+        affirmed = confirming is not None and "AFFIRM" in kinds and "INFORM" not in kinds
+        if affirmed:
             self._accept(name, confirming)
-            return self._call(name, t.intent, [])
-        return self._next_step(name, t, kinds)
+        return Heard(name, kinds, False, affirmed)
+
+    def decide(self, heard: Heard) -> AgentReply:
+        """The rule's reply to a user turn ``listen`` has heard."""
+        name = heard.service
+        if name is None:
+            return self.say(None, [("REQ_MORE", "", None)], end=False)
+        if heard.closing:
+            return self.say(name, [("GOODBYE", "", None)], end=True)
+        t = self.tracks[name]
+        if heard.affirmed:
+            return self.call(name, t.intent, [])
+        return self._next_step(name, t, heard.kinds)
 
     def _focus(self, said: list[tuple[str, list[Act]]], kinds: set[str]) -> str | None:
         """The service the user is talking about, now current: the one with a new intent, else the last one spoken
@@ -319,19 +361,19 @@ class SchemaAgent:
                 if act == "INFORM":
                     if a.values:
                         canon = a.canonical_values[0] if a.canonical_values else a.values[0]
-                        self._set(ts, services.get(s) or self._service(s), a.slot, canon, a.values[0])
+                        self._set(ts, services.get(s) or self.service(s), a.slot, canon, a.values[0])
                 elif act == "REQUEST":
                     if a.slot:
                         ts.requested = [*ts.requested, a.slot]
                 elif act == "INFORM_INTENT" and a.values:
                     intent = a.canonical_values[0] if a.canonical_values else a.values[0]
-                    if intent in (services.get(s) or self._service(s)).required and (intent != ts.intent
+                    if intent in (services.get(s) or self.service(s)).required and (intent != ts.intent
                                                                                      or intent in ts.done):
                         ts.intent = intent  # a new intent, or the same one asked for again
                         ts.done.discard(intent)
                         ts.changed = True
 
-    def _take_accepted(self, name: str, t: _Track, kinds: set[str], proposal: list[Act] | None) -> None:
+    def _take_accepted(self, name: str, t: Track, kinds: set[str], proposal: list[Act] | None) -> None:
         """Take on what the user accepted of the agent's last turn: the intent offered, the entity offered, or
         the value proposed."""
         if "AFFIRM_INTENT" in kinds and self.offered_intent and self.offered_intent[0] == name:
@@ -344,78 +386,80 @@ class SchemaAgent:
         if proposal is not None and "AFFIRM" in kinds:
             self._accept(name, proposal, change=True)
 
-    def _next_step(self, name: str, t: _Track, kinds: set[str]) -> AgentReply:
+    def _next_step(self, name: str, t: Track, kinds: set[str]) -> AgentReply:
         """Answer the slots the user requested, then move the service's intent on: search again, close a
         selection, ask for what is missing, confirm a transaction or search."""
-        entity = t.booked if t.booked is not None and t.intent in t.done else (t.selected or t.offered or t.booked)
-        out: list[tuple[str, str, Any]] = []
-        for slot in t.requested:  # the others are answered with the call's results
-            if entity is not None and slot in entity:
-                out.append(("INFORM", slot, entity[slot]))
-        svc = self._services.get(name) or self._service(name)
+        out = t.answers()  # the slots the entity cannot answer are answered with the call's results
+        svc = self._services.get(name) or self.service(name)
         if "REQUEST_ALTS" in kinds:
             if t.changed or not t.results:
-                return self._call(name, t.intent, out)
-            return self._say(name, out + self._next_offer(name, t), end=False)
+                return self.call(name, t.intent, out)
+            return self.say(name, out + self.next_offer(name), end=False)
         if "SELECT" in kinds and "INFORM_INTENT" not in kinds and t.intent in svc.search:
             return self._close_selection(name, t, svc, out)
         if t.intent is None or (t.intent in t.done and not t.changed):
-            return self._say(name, out or [("REQ_MORE", "", None)], end=False)
+            return self.say(name, out or [("REQ_MORE", "", None)], end=False)
         missing = [s for s in svc.required[t.intent] if s not in t.canon]
         if missing:
             return self._ask_missing(name, t, svc, missing, out)
         if svc.transactional[t.intent]:
             if out and not t.changed:
-                return self._say(name, out, end=False)
-            return self._confirm(name, t, svc)
+                return self.say(name, out, end=False)
+            return self.confirm(name)
         if t.changed or not t.results:
-            return self._call(name, t.intent, out)
-        return self._say(name, out or [("REQ_MORE", "", None)], end=False)
+            return self.call(name, t.intent, out)
+        return self.say(name, out or [("REQ_MORE", "", None)], end=False)
 
-    def _close_selection(self, name: str, t: _Track, svc: _Service, out: list) -> AgentReply:
+    def _close_selection(self, name: str, t: Track, svc: ServiceSchema, out: list) -> AgentReply:
         """The user chose a search result: the search is done; offer the service's next transaction, if any."""
         t.done.add(t.intent)
         if out:
-            return self._say(name, out, end=False)
+            return self.say(name, out, end=False)
         offer = next((i for i in svc.txn if i not in t.done), None)
         if offer is not None:
             self.offered_intent = (name, offer)
-            return self._say(name, [("OFFER_INTENT", "intent", offer)], end=False)
-        return self._say(name, [("REQ_MORE", "", None)], end=False)
+            return self.say(name, [("OFFER_INTENT", "intent", offer)], end=False)
+        return self.say(name, [("REQ_MORE", "", None)], end=False)
 
-    def _ask_missing(self, name: str, t: _Track, svc: _Service, missing: list[str], out: list) -> AgentReply:
+    def _ask_missing(self, name: str, t: Track, svc: ServiceSchema, missing: list[str], out: list) -> AgentReply:
         """Ask for required slots still missing (after answering, if the user asked something): one or a few at
         a time, or propose a value another service of the dialogue holds."""
         if out:  # answer first; the missing slots are asked on the next turn
-            return self._say(name, out, end=False)
+            return self.say(name, out, end=False)
         if len(self.tracks) > 1 and self.rng.random() < self.propose_rate:  # another service is known
             for slot in missing:
                 value = self._propose(name, svc, slot)
                 if value is not None:
-                    reply = self._say(name, [("REQUEST", slot, value)], end=False)
+                    reply = self.say(name, [("REQUEST", slot, value)], end=False)
                     t.proposal = reply.frames[0].actions
                     return reply
         k = 1 if len(missing) == 1 or self.rng.random() < 0.5 else self.max_request
-        return self._say(name, [("REQUEST", s, None) for s in missing[:k]], end=False)
+        return self.say(name, [("REQUEST", s, None) for s in missing[:k]], end=False)
 
-    def _params(self, t: _Track, svc: _Service, intent: str) -> dict[str, str]:
+    def _params(self, t: Track, svc: ServiceSchema, intent: str) -> dict[str, str]:
         canon = t.canon
         return {s: canon[s] for s in svc.params[intent] if s in canon}
 
-    def _confirm(self, name: str, t: _Track, svc: _Service) -> AgentReply:
+    def confirm(self, name: str) -> AgentReply:
+        """CONFIRM the values of the active intent of service ``name`` (with its defaults) and await the user's
+        AFFIRM; the intent must be set."""
+        t = self.tracks[name]
+        svc = self._services.get(name) or self.service(name)
         acts = [("CONFIRM", s, v) for s, v in self._params(t, svc, t.intent).items()]
         for s, default in svc.optional[t.intent].items():
             if s not in t.canon and default not in ANY_VALUES:
                 acts.append(("CONFIRM", s, default))
         t.changed = False
-        reply = self._say(name, acts, end=False)
+        reply = self.say(name, acts, end=False)
         t.confirming = reply.frames[0].actions
         return reply
 
-    def _call(self, name: str, intent: str | None, out: list) -> AgentReply:
-        t, svc = self.tracks[name], self._service(name)
+    def call(self, name: str, intent: str | None, out: list) -> AgentReply:
+        """Call ``intent`` of service ``name`` with the tracked values (a transaction with its defaults too); the
+        acts ``out`` are said with what the results bring. No intent: REQ_MORE instead."""
+        t, svc = self.tracks[name], self.service(name)
         if intent is None:
-            return self._say(name, out + [("REQ_MORE", "", None)], end=False)
+            return self.say(name, out + [("REQ_MORE", "", None)], end=False)
         params = self._params(t, svc, intent)
         if svc.transactional[intent]:
             for s, default in svc.optional[intent].items():
@@ -423,27 +467,38 @@ class SchemaAgent:
         self.pending = (name, intent, out)
         return AgentReply(tool_calls=[ToolCall(service=name, method=intent, parameters=params)])
 
-    def _after_call(self, result: Any) -> AgentReply:
+    def take_results(self, result: Any) -> tuple[str, str, list, list[dict[str, Any]]]:
+        """Fold the result of the call just made into the belief: (service, intent, the acts to say with it,
+        the rows; none when a transaction failed). A search's rows become the results to offer, none offered yet."""
         name, intent, out = self.pending
         self.pending = None
-        t, svc = self.tracks[name], self._service(name)
+        t, svc = self.tracks[name], self.service(name)
         rows = result.results or []
         t.changed = False
         if svc.transactional[intent]:
             if rows and result.error is None:
                 t.done.add(intent)
                 t.booked = rows[0]
+            else:
+                rows = []
+        else:  # nothing is on the table until one of the new results is offered
+            t.results, t.pos = rows, 0
+            t.selected = t.offered = None
+        return name, intent, out, rows
+
+    def _after_call(self, result: Any) -> AgentReply:
+        name, intent, out, rows = self.take_results(result)
+        t, svc = self.tracks[name], self.service(name)
+        if svc.transactional[intent]:
+            if rows:
                 acts = [a for a in out if a[0] == "INFORM"]
                 acts += [("INFORM", s, rows[0][s]) for s in t.requested if s in rows[0]
                          and not any(a[1] == s for a in acts)]
-                return self._say(name, acts + [("NOTIFY_SUCCESS", "", None)], end=False)
-            return self._say(name, out + [("NOTIFY_FAILURE", "", None), ("REQ_MORE", "", None)], end=False)
-        t.results, t.pos = rows, 0
-        t.selected = None
+                return self.say(name, acts + [("NOTIFY_SUCCESS", "", None)], end=False)
+            return self.say(name, out + [("NOTIFY_FAILURE", "", None), ("REQ_MORE", "", None)], end=False)
         if not rows:
-            t.offered = None
-            return self._say(name, out + [("NOTIFY_FAILURE", "", None), ("REQ_MORE", "", None)], end=False)
-        acts = self._offer(name, t, rows[0])
+            return self.say(name, out + [("NOTIFY_FAILURE", "", None), ("REQ_MORE", "", None)], end=False)
+        acts = self.offer(name, rows[0])
         if len(rows) > 1 and self.rng.random() < self.count_rate:  # SGD gives the count on about half the offers
             acts.append(("INFORM_COUNT", "count", str(len(rows))))
         entity = rows[0]
@@ -452,11 +507,14 @@ class SchemaAgent:
         if t.requested:
             acts += [("INFORM", s, entity[s]) for s in t.requested
                      if s in entity and not any(a[1] == s for a in acts)]
-        return self._say(name, acts, end=False)
+        return self.say(name, acts, end=False)
 
-    def _offer(self, name: str, t: _Track, row: dict[str, Any]) -> list:
+    def offer(self, name: str, row: dict[str, Any]) -> list[tuple[str, str, Any]]:
+        """OFFER acts for ``row`` of service ``name``'s results, now the entity on the table: a slot set real
+        systems used (a weighted draw), else what identifies the entity and echoes the user's constraints."""
+        t = self.tracks[name]
         t.offered = row
-        svc = self._services.get(name) or self._service(name)
+        svc = self._services.get(name) or self.service(name)
         mined = svc.mined_offers
         if t.intent in mined:  # None (no mined sets) is cached too
             sets = mined[t.intent]
@@ -472,19 +530,22 @@ class SchemaAgent:
                 return acts
         return [("OFFER", s, row[s]) for s in svc.offer_slots.get(t.intent, ()) if row.get(s) not in (None, "")]
 
-    def _next_offer(self, name: str, t: _Track) -> list:
+    def next_offer(self, name: str) -> list[tuple[str, str, Any]]:
+        """OFFER acts for the next of service ``name``'s results (after the last, the first again)."""
+        t = self.tracks[name]
         t.pos = (t.pos + 1) % len(t.results)
-        return self._offer(name, t, t.results[t.pos])
+        return self.offer(name, t.results[t.pos])
 
     # -- realization ------------------------------------------------------------------------------
 
-    def _say(self, name: str | None, acts: list[tuple[str, str, Any]], end: bool) -> AgentReply:
-        """Realize the acts (spoken variants via the pack), remember what was said, expose the state."""
+    def say(self, name: str | None, acts: list[tuple[str, str, Any]], end: bool) -> AgentReply:
+        """The turn saying ``acts`` ((act, slot, canonical value or None) for service ``name``; None: no service
+        yet, the open question): realized with the pack's templates, remembered, with the tracked state."""
         last = self.last = {acts[0][0]} if len(acts) == 1 else set(map(_first, acts))
         if name is None:  # nothing understood yet, so no service to speak for: still never an empty turn
             utterance, frames = _OPEN_QUESTION, []
         else:
-            svc = self._services.get(name) or self._service(name)
+            svc = self._services.get(name) or self.service(name)
             categorical, pack, rng = svc.categorical, self.pack, self.rng
             built: list[Act] = []
             for act, slot, value in acts:
@@ -545,7 +606,7 @@ def make_factory(arg: str | None, scenarios: Any, options: dict[str, Any]) -> An
     if pack is None:
         raise UserError("schema agent: needs SGD scenarios (--scenarios sgd or a pack directory), "
                         f"not {getattr(scenarios, 'name', type(scenarios).__name__)!r}")
-    services: dict[str, _Service] = {}  # shared by the episodes of a run: schemas do not change
+    services: dict[str, ServiceSchema] = {}  # shared by the episodes of a run: schemas do not change
 
     def make() -> SchemaAgent:
         return SchemaAgent(pack, services=services, **kwargs)

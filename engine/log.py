@@ -363,9 +363,10 @@ def read_shard(shard: Path, *, skip_corrupt: bool = False, stats: dict[str, int]
                position: ShardPosition | None = None) -> Iterator[Event | OpaqueEvent]:
     """Stream the events of one shard from byte ``start`` (a line start); a torn last line is skipped with a warning.
 
-    From the start of a shard, blocks of some kB of whole lines are decoded by one call each (no bytes
-    object per line) until a block does not decode that way (a corrupt line, an old version, an unknown
-    type); the line-by-line reader goes on from there (and does it all when given a start or a position).
+    Blocks of some kB of whole lines are decoded by one call each (no bytes object per line), each event's
+    offset found, when ``position`` asks for it, by a scan for the block's line ends; once a block does not
+    decode that way (a corrupt line, an old version, an unknown type, a line that is not one event), the
+    line-by-line reader goes on from there.
     """
     try:
         f = open(shard, "rb")
@@ -373,30 +374,52 @@ def read_shard(shard: Path, *, skip_corrupt: bool = False, stats: dict[str, int]
         raise UserError(f"{shard}: cannot read event shard ({exc.strerror})") from None
     with f:
         numbered = start == 0  # a bad line is named by its number, or by its byte offset from ``start``
-        if start == 0 and position is None:
-            rest = b""  # start is the offset of rest[0] in the shard
-            while chunk := _read_chunk(f, shard):
-                data = rest + chunk
-                view = memoryview(data)
-                pos, cut = 0, data.rfind(b"\n") + 1
-                while pos < cut:
-                    end = data.rfind(b"\n", pos, pos + _BLOCK) + 1 or data.find(b"\n", pos) + 1  # or a long line
-                    events = decode_lines(view[pos:end])
-                    if events is None:
-                        break
-                    yield from events
-                    pos = end
-                if pos < cut:  # the rest goes line by line
-                    start += pos
+        origin = start
+        f.seek(start)
+        rest = b""  # start is the offset of rest[0] in the shard
+        while chunk := _read_chunk(f, shard):
+            data = rest + chunk
+            view = memoryview(data)
+            pos, cut = 0, data.rfind(b"\n") + 1
+            while pos < cut:
+                end = data.rfind(b"\n", pos, pos + _BLOCK) + 1 or data.find(b"\n", pos) + 1  # or a long line
+                events = decode_lines(view[pos:end])
+                if events is None:
                     break
-                start += cut
-                rest = data[cut:]
-        yield from _read_lines(f, shard, start, numbered, skip_corrupt, stats, position)
+                if position is None:
+                    yield from events
+                else:
+                    starts = _line_starts(data, pos, end)
+                    if len(starts) != len(events):  # a blank line, or two events on one: read line by line
+                        break
+                    for event, at in zip(events, starts):
+                        position.event = start + at
+                        yield event
+                pos = end
+            if pos < cut:  # the rest goes line by line
+                start += pos
+                break
+            start += cut
+            rest = data[cut:]
+        yield from _read_lines(f, shard, start, numbered, skip_corrupt, stats, position, origin)
+
+
+def _line_starts(data: bytes, pos: int, end: int) -> list[int]:
+    """The offsets of the non-empty lines of ``data[pos:end]`` (which ends with a newline)."""
+    starts = []
+    find, add = data.find, starts.append
+    while pos < end:
+        nl = find(b"\n", pos, end)
+        if nl != pos:
+            add(pos)
+        pos = nl + 1
+    return starts
 
 
 def _read_lines(f: Any, shard: Path, start: int, numbered: bool, skip_corrupt: bool, stats: dict[str, int] | None,
-                position: ShardPosition | None) -> Iterator[Event | OpaqueEvent]:
-    """Stream the events of a shard line by line from byte ``start``; ``numbered``: name bad lines by number."""
+                position: ShardPosition | None, origin: int) -> Iterator[Event | OpaqueEvent]:
+    """Stream the events of a shard line by line from byte ``start``; ``numbered``: name bad lines by number (else
+    by offset), counted from the file's start, or the torn tail's from ``origin``, where the caller began."""
     lineno = 0  # lines read from ``start``
     first_line: int | None = 0 if start == 0 else None  # of ``start``, counted when a message needs it
     offset = start  # of the line being decoded
@@ -440,8 +463,8 @@ def _read_lines(f: Any, shard: Path, start: int, numbered: bool, skip_corrupt: b
     if rest.strip():
         if stats is not None:
             stats["torn"] = stats.get("torn", 0) + 1
-        if numbered and first_line is None:
-            first_line = _count_lines(shard, start)
+        if first_line is None:
+            first_line = _count_lines(shard, start, 0 if numbered else origin)
         # From a caller's start, the line number counts from there (counting from the file's start would
         # read the whole shard again on every incremental read of a run still writing it).
         _log.warning("torn last line ignored", shard=str(shard), line=(first_line or 0) + lineno + 1,
@@ -455,10 +478,13 @@ def _read_chunk(f: Any, shard: Path) -> bytes:
         raise UserError(f"{shard}: cannot read event shard ({exc.strerror})") from None
 
 
-def _count_lines(shard: Path, end: int) -> int:
-    """The number of lines before byte ``end`` of ``shard`` (for messages: the fast reader does not count them)."""
+def _count_lines(shard: Path, end: int, begin: int = 0) -> int:
+    """The number of lines between bytes ``begin`` and ``end`` of ``shard`` (for messages: the fast reader does not
+    count them)."""
     count = 0
+    end -= begin
     with open(shard, "rb") as f:
+        f.seek(begin)
         while end > 0:
             chunk = _read_chunk(f, shard)[:end]
             if not chunk:

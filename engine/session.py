@@ -167,6 +167,10 @@ def resume_run(out: str | Path, *, progress: bool = True) -> RunResult:
     if imported:
         raise UserError(f"{run.path}: an imported corpus, not a simulated run, so there is nothing to resume; "
                         f"to redo it, import again into a new directory: dialogsim {imported} --out NEW_DIR")
+    recorded = run.manifest.get("config")
+    made_by = recorded.get("command") if isinstance(recorded, dict) else None
+    if made_by:  # a run another command wrote (the RL environment's): its episodes' decisions came from outside
+        raise UserError(f"{run.path}: written by {made_by!r}, not by dialogsim run, so it cannot be resumed")
     try:
         config = msgspec.convert(run.manifest.get("config"), RunConfig)
     except msgspec.ValidationError as exc:

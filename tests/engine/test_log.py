@@ -9,7 +9,9 @@ import pytest
 from dialogsim.engine.codec import encode
 from dialogsim.engine.errors import UserError
 from dialogsim.engine.events import EpisodeEnded, EpisodeStarted, UserTurn
-from dialogsim.engine.log import CorruptLog, LogWriter, RunDir, read_episodes, read_events, write_events
+from dialogsim.engine import log as log_module
+from dialogsim.engine.log import (CorruptLog, LogWriter, RunDir, ShardPosition, read_episodes, read_events, read_shard,
+                                  write_events)
 
 
 def _episode(ep: str, turns: int = 2, end: bool = True) -> list:
@@ -93,6 +95,35 @@ def test_blocks_then_lines_agree_with_reading_line_by_line(tmp_path, monkeypatch
     read = list(read_events(run.path, skip_corrupt=True, stats=stats))
     assert len(read) == 799 and stats == {"corrupt": 1, "torn": 1}
     assert read[:700] == events[:700] and read[700].type == "persona_mood" and read[701:] == events[701:750] + events[751:]
+
+
+def _positions(shard, start: int = 0, skip_corrupt: bool = False) -> list[tuple[int, str, int]]:
+    position = ShardPosition()
+    out = [(position.event, e.ep, e.seq) for e in read_shard(shard, start=start, position=position,
+                                                               skip_corrupt=skip_corrupt)]
+    return out + [(position.end, "", -1)]
+
+
+def test_block_reading_gives_each_event_its_offset_as_line_by_line_reading_does(tmp_path, monkeypatch):
+    """From the start or from a line in the middle, through a blank line, a corrupt line skipped and a torn
+    tail: the offsets blocks report (for resuming) are the ones reading line by line reports."""
+    events = [e for i in range(300) for e in _episode(f"e{i}")]  # 1,200 lines: many blocks
+    run = write_events(tmp_path / "run", events, run_id="r", config={})
+    shard = run.shards()[0]
+    lines = shard.read_bytes().split(b"\n")
+    lines[500] = b""  # a blank line: blocks are read line by line from there on
+    lines[900] = b'{"type": "user_turn", "oops'
+    shard.write_bytes(b"\n".join(lines) + b'{"type":"user_turn","run":"r","ep":"c","se')
+    middle = len(b"\n".join(lines[:123])) + 1
+    corrupt_at = len(b"\n".join(lines[:900])) + 1
+    with pytest.raises(CorruptLog, match=f"{shard.name}: byte {corrupt_at}: corrupt event"):
+        list(read_shard(shard, start=middle))
+    by_blocks = [_positions(shard, 0, True), _positions(shard, middle, True)]
+    monkeypatch.setattr(log_module, "decode_lines", lambda data: None)  # every block: line by line
+    assert by_blocks == [_positions(shard, 0, True), _positions(shard, middle, True)]
+    first, from_middle = by_blocks
+    assert first[0] == (0, "e0", 0) and from_middle[0][0] == middle and len(first) == 1200 - 2 + 1
+    assert first[-1][0] == len(b"\n".join(lines))  # the end: before the torn tail
 
 
 def test_writer_appends_after_existing_events(tmp_path):

@@ -207,19 +207,19 @@ def test_questions_and_notifications_are_not_checked():
 class LyingAgent(SchemaAgent):
     """The rule agent, except that it reports every booking done (with made-up details) without calling."""
 
-    def _call(self, name, intent, out):
-        reply = super()._call(name, intent, out)
-        if not reply.tool_calls or not self._service(name).transactional[intent]:
+    def call(self, name, intent, out):
+        reply = super().call(name, intent, out)
+        if not reply.tool_calls or not self.service(name).transactional[intent]:
             return reply
-        made_up = {s: "7" for s in self._service(name).results[intent]}
+        made_up = {s: "7" for s in self.service(name).results[intent]}
         return self._after_call(ToolResult(call_id="never", results=[{**made_up, **reply.tool_calls[0].parameters}]))
 
 
 class SloppyAgent(SchemaAgent):
     """The rule agent, except that its bookings are for another time than the one confirmed."""
 
-    def _call(self, name, intent, out):
-        reply = super()._call(name, intent, out)
+    def call(self, name, intent, out):
+        reply = super().call(name, intent, out)
         for call in reply.tool_calls:
             if call.method == "ReserveRestaurant":
                 call.parameters["time"] = "23:45" if call.parameters["time"] != "23:45" else "10:30"
@@ -231,10 +231,10 @@ class MadeUpValuesAgent(SchemaAgent):
 
     lies = {"phone_number": "555-0100", "fare": "7"}
 
-    def _say(self, name, acts, end):
+    def say(self, name, acts, end):
         acts = [(a, s, self.lies[s]) if a in ("INFORM", "OFFER") and s in self.lies and v is not None else (a, s, v)
                 for a, s, v in acts]
-        return super()._say(name, acts, end)
+        return super().say(name, acts, end)
 
 
 def _run(pack, agent_cls, episodes: int = 40):
