@@ -184,7 +184,7 @@ class Batch:
         self.stopping = False  # set by stop_starting: the jobs not started yet are left
 
     def stop_starting(self) -> None:
-        """Start no more episodes (a budget is spent): the episodes in flight finish, the run then ends."""
+        """Start no new episodes (a budget is spent): those in flight, and resumed ones, finish; the run ends."""
         self.stopping = True
 
     async def run(self, jobs: Iterable[Job]) -> None:
@@ -202,7 +202,7 @@ class Batch:
 
     def _worker(self, queue: Iterable[Job]) -> Generator[Any, Any, None]:
         for job in queue:
-            if self.stopping:
+            if self.stopping and not job.tape:  # resumed episodes, started before, are sorted first
                 return
             yield from self._episode(job)
 
@@ -212,14 +212,14 @@ class Batch:
         for job in jobs:
             if not job.tape:
                 yield self.env.timeout(rng.expovariate(self.settings.arrivals.rate))
-            if self.stopping:
+            if self.stopping and not job.tape:
                 return
             self.env.process(self._queued(job, slots))
 
     def _queued(self, job: Job, slots: simpy.Resource) -> Generator[Any, Any, None]:
         with slots.request() as slot:
             yield slot
-            if not self.stopping:
+            if job.tape or not self.stopping:
                 yield from self._episode(job)
 
     def _episode(self, job: Job) -> Generator[Any, Any, None]:
