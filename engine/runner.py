@@ -257,7 +257,7 @@ class Batch:
             rec.flush()
         except Exception as exc:  # a bug in a user, agent or world must not sink the batch
             outcome, turns = dialogue.failed(exc)
-        if dialogue.meter is not None or rec.tape.end:  # a live or resumed episode: its usage, if any
+        if dialogue.meter is not None or rec.tape.end:  # usage reported, or a resumed episode: its usage, if any
             rec.usage = dialogue.usage()
         return outcome, turns
 
@@ -274,7 +274,7 @@ class _Dialogue:
         self.timing = self.streams[3]
         self.tools = batch.tools(scenario)
         self.history: list[Event] = []  # the turns and tool events so far: what the agent observes
-        self.meter: UsageMeter | None = None  # usage by role: made at the first model call or live call
+        self.meter: UsageMeter | None = None  # usage by role: made at the first model call or reported usage
 
     def start(self) -> None:
         """Make the user, the agent and the world, and tell the user and the agent that the episode starts."""
@@ -343,6 +343,8 @@ class _Dialogue:
                 seq = rec.seq  # after the tool events
             if answer.latency is not None:  # a live agent's measured latency
                 latency = answer.latency
+            if answer.usage is not None and self.meter is None:  # the episode's end sums the turns' usage
+                self.meter = UsageMeter()
             rec.t = t = t + latency
             spoken = AgentTurn(run=run, ep=ep, seq=seq, t=t, wall=_now_ns(), turn=turn, utterance=answer.utterance,
                                frames=answer.frames, state=answer.state, tagged_slots=answer.tagged_slots,
@@ -452,8 +454,6 @@ class _Dialogue:
         """The answer of a live user or agent (``who``): the call starts at the episode's virtual time, and
         its answer is taken at virtual time ``due`` (see engine/driver.py)."""
         rec, env = self.rec, self.batch.env
-        if self.meter is None:  # a live participant may report usage: the episode's end sums it
-            self.meter = UsageMeter()
         try:
             rec.flush()  # the pending turns go to the log before the episode waits
         except _Unlogged:
