@@ -197,7 +197,7 @@ class SchemaAgent:
             return self._after_call(obs.tool_results[0])
         user = obs.user
         frames = user.frames
-        if frames and not self.text_only:
+        if frames and not self.text_only and user.inferred is not True:  # inferred acts are a reading: read the words
             if len(frames) == 1:  # the common case, without a comprehension
                 said = [(frames[0].service, frames[0].actions)] if frames[0].actions else []
             else:
