@@ -8,7 +8,8 @@ user of a conversation is kept between requests and rebuilt by replaying the con
 not continue it (a resumed run, another process), seeded by the prompt, so the answers do not depend on which.
 It ends the dialogue with the stop marker, reports usage (words as tokens), and, with ``plan(key, attempt)``
 (as ``agents.http.testing.faulty_app``), injects faults: ``500``, ``429`` (Retry-After), ``malformed``, ``hang``.
-``app[REQUESTS]`` holds every request body received, in order.
+``app[REQUESTS]`` holds every request body received, in order, and ``app[TIMES]`` when each came
+(``time.monotonic()``).
 
     with serve_in_thread(user_model_app(pack)) as url:
         ... dialogsim run --user llm:{url} --user-model fake ...
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import random
+import time
 from typing import Any, Callable
 
 from aiohttp import web
@@ -30,6 +32,7 @@ from .agenda import AgendaUser
 from .llm_prompt import STOP, read_goal
 
 REQUESTS = web.AppKey("requests", list)
+TIMES = web.AppKey("times", list)
 CLOSING = "Thank you, goodbye."  # what the played user says when the agenda user leaves without a word
 
 
@@ -65,6 +68,7 @@ def user_model_app(pack: Any, *, plan: Callable[[str, int], str | None] | None =
     sessions: dict[str, _Played] = {}
     attempts: dict[str, int] = {}
     requests: list[dict[str, Any]] = []
+    times: list[float] = []
 
     async def answer(request: web.Request) -> web.StreamResponse:
         body = await request.json()
@@ -89,6 +93,7 @@ def user_model_app(pack: Any, *, plan: Callable[[str, int], str | None] | None =
     async def handle(request: web.Request) -> web.StreamResponse:
         body = await request.json()
         requests.append(body)
+        times.append(time.monotonic())
         fault = None
         if plan is not None:
             key = f"{body.get('user', '')}/{len(body.get('messages', ()))}"
@@ -100,5 +105,6 @@ def user_model_app(pack: Any, *, plan: Callable[[str, int], str | None] | None =
 
     app = web.Application()
     app[REQUESTS] = requests
+    app[TIMES] = times
     app.router.add_post("/v1/chat/completions", handle)
     return app
