@@ -8,8 +8,9 @@ user of a conversation is kept between requests and rebuilt by replaying the con
 not continue it (a resumed run, another process), seeded by the prompt, so the answers do not depend on which.
 It ends the dialogue with the stop marker, reports usage (words as tokens), and, with ``plan(key, attempt)``
 (as ``agents.http.testing.faulty_app``), injects faults: ``500``, ``429`` (Retry-After), ``malformed``, ``hang``.
-``app[REQUESTS]`` holds every request body received, in order, and ``app[TIMES]`` when each came
-(``time.monotonic()``).
+``app[REQUESTS]`` holds every request body received, in order, ``app[TIMES]`` when each came
+(``time.monotonic()``) and ``app[AUTHORIZATION]`` the Authorization headers seen (for tests of keys); every
+answer waits ``delay`` seconds first.
 
     with serve_in_thread(user_model_app(pack)) as url:
         ... dialogsim run --user llm:{url} --user-model fake ...
@@ -17,6 +18,7 @@ It ends the dialogue with the stop marker, reports usage (words as tokens), and,
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import random
 import time
@@ -24,6 +26,7 @@ from typing import Any, Callable
 
 from aiohttp import web
 
+from ..agents.http.chat import canonical_request, request_digest
 from ..agents.http.testing import inject_fault
 from ..engine.contracts import EpisodeContext, Scenario
 from ..engine.events import AgentTurn
@@ -33,6 +36,7 @@ from .llm_prompt import STOP, read_goal
 
 REQUESTS = web.AppKey("requests", list)
 TIMES = web.AppKey("times", list)
+AUTHORIZATION = web.AppKey("authorization", set)
 CLOSING = "Thank you, goodbye."  # what the played user says when the agenda user leaves without a word
 
 
@@ -63,12 +67,14 @@ class _Played:
 
 
 def user_model_app(pack: Any, *, plan: Callable[[str, int], str | None] | None = None, stop: str = STOP,
-                   hang_seconds: float = 3.0, retry_after: str = "0", max_sessions: int = 4096) -> web.Application:
+                   hang_seconds: float = 3.0, retry_after: str = "0", max_sessions: int = 4096,
+                   delay: float = 0.0) -> web.Application:
     """An aiohttp app playing the user of the SGD goal in each request's system prompt (module docstring)."""
     sessions: dict[str, _Played] = {}
     attempts: dict[str, int] = {}
     requests: list[dict[str, Any]] = []
     times: list[float] = []
+    authorization: set[str] = set()
 
     async def answer(request: web.Request) -> web.StreamResponse:
         body = await request.json()
@@ -94,6 +100,10 @@ def user_model_app(pack: Any, *, plan: Callable[[str, int], str | None] | None =
         body = await request.json()
         requests.append(body)
         times.append(time.monotonic())
+        if "Authorization" in request.headers:
+            authorization.add(request.headers["Authorization"])
+        if delay:
+            await asyncio.sleep(delay)
         fault = None
         if plan is not None:
             key = f"{body.get('user', '')}/{len(body.get('messages', ()))}"
@@ -106,5 +116,11 @@ def user_model_app(pack: Any, *, plan: Callable[[str, int], str | None] | None =
     app = web.Application()
     app[REQUESTS] = requests
     app[TIMES] = times
+    app[AUTHORIZATION] = authorization
     app.router.add_post("/v1/chat/completions", handle)
     return app
+
+
+def request_digests(bodies: list[dict[str, Any]]) -> list[str]:
+    """The digests of requests as received (``app[REQUESTS]``): what their ``model_called`` events would name."""
+    return [request_digest(canonical_request({k: v for k, v in b.items() if k != "stream"})) for b in bodies]

@@ -11,14 +11,13 @@ import msgspec
 import pytest
 from aiohttp import web
 
-from dialogsim.agents.http.chat import canonical_request, request_digest
 from dialogsim.agents.http.testing import serve_in_thread
 from dialogsim.engine.errors import UserError
 from dialogsim.engine.events import ModelCalled, UserTurn
 from dialogsim.engine.log import RunDir, read_episodes, read_events
 from dialogsim.engine.session import RunConfig, resume_run, start_run
 from dialogsim.users.llm import LlmUserFactory
-from dialogsim.users.testing import REQUESTS, TIMES, user_model_app
+from dialogsim.users.testing import REQUESTS, TIMES, request_digests, user_model_app
 
 FAST = {"read_timeout": "0.5", "total_timeout": "1", "backoff_base": "0.01", "backoff_max": "0.02"}
 
@@ -36,11 +35,6 @@ def _config(url: str, episodes: int, **options) -> RunConfig:
     return RunConfig(user=f"llm:{url}", user_options=user_options, episodes=episodes, seed=3, **options)
 
 
-def sent_digests(bodies: list[dict]) -> list[str]:
-    """The digests of the requests a fake server received (the body without the transport field stream)."""
-    return [request_digest(canonical_request({k: v for k, v in b.items() if k != "stream"})) for b in bodies]
-
-
 @pytest.mark.slow
 def test_a_model_user_finishes_sgd_goals_and_its_turns_are_annotated(tmp_path, model_url):
     """20 SGD dialogues against the schema agent: mostly successes; each user turn follows its model call, carries
@@ -54,7 +48,7 @@ def test_a_model_user_finishes_sgd_goals_and_its_turns_are_annotated(tmp_path, m
     calls = [e for e in events if isinstance(e, ModelCalled)]
     turns = [e for e in events if isinstance(e, UserTurn)]
     assert len(calls) == len(turns) == len(app[REQUESTS]) - before
-    assert sorted(c.digest for c in calls) == sorted(sent_digests(app[REQUESTS][before:]))
+    assert sorted(c.digest for c in calls) == sorted(request_digests(app[REQUESTS][before:]))
     by_seq = {(e.ep, e.seq): e for e in events}
     for turn in turns:
         call = by_seq[(turn.ep, turn.seq - 1)]
@@ -86,7 +80,7 @@ def test_a_resumed_episode_asks_the_model_nothing_its_log_holds(tmp_path, model_
     before = len(app[REQUESTS])
     result = resume_run(tmp_path / "run", progress=False)
     assert result.status == "completed" and result.counts["episodes"] == 12
-    resent = set(sent_digests(app[REQUESTS][before:])) & logged
+    resent = set(request_digests(app[REQUESTS][before:])) & logged
     assert not resent
     ended = [e.ep for e in read_events(RunDir.open(tmp_path / "run"), types={"episode_ended"})]
     assert sorted(ended) == sorted(set(ended)) and len(ended) == 12
