@@ -167,3 +167,45 @@ def test_options_are_checked_and_named():
         LlmUserFactory("http://127.0.0.1:9", None, {"model": "m", "temperature": "hot"})
     with pytest.raises(UserError, match="bad user spec 'llm:'"):
         LlmUserFactory(None, None, {"model": "m"})
+
+
+def _cli(capsys, *args) -> tuple[int, str, str]:
+    from dialogsim.engine.cli import main
+
+    try:
+        status = main([str(a) for a in args])
+    except SystemExit as exc:
+        status = exc.code
+    out = capsys.readouterr()
+    return status, out.out, out.err
+
+
+@pytest.mark.parametrize("args, fragment", [
+    (["--user-price", "cheap"], "--user-price 'cheap': expected IN,OUT"),
+    (["--max-cost", "-1"], "--max-cost must be a number of USD >= 0"),
+    (["--llm-cache", "CACHE"], "--llm-cache"),
+])
+def test_bad_model_options_are_one_line_errors(tmp_path, capsys, args, fragment):
+    """A bad price or budget, or a cache with no model to use it: exit 2, one line, nothing written."""
+    args = [a.replace("CACHE", str(tmp_path / "cache")) for a in args]
+    status, _, err = _cli(capsys, "run", "--scenarios", "builtin", *args, "--out", tmp_path / "run", "--no-progress")
+    assert status == 2 and len(err.strip().splitlines()) == 1 and fragment in err, err
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.slow
+def test_the_command_line_prints_usage_and_resume_keeps_the_cache_as_recorded(tmp_path, capsys, model_url):
+    """The summary names each role's calls, tokens and cost; --resume refuses another --llm-cache but takes a new
+    --max-cost."""
+    url, _ = model_url
+    run = tmp_path / "run"
+    status, out, err = _cli(capsys, "run", "--user", f"llm:{url}", "--user-model", "m", "--user-price", "1,2",
+                            "--llm-cache", tmp_path / "cache", "--episodes", "2", "--out", run, "--no-progress")
+    assert status == 0, err
+    assert "completed: 2 episodes" in out and "  user: " in out and " USD" in out
+    status, _, err = _cli(capsys, "run", "--resume", run, "--llm-cache", tmp_path / "other", "--no-progress")
+    assert status == 2 and "--llm-cache" in err and "differs" in err
+    status, out, err = _cli(capsys, "run", "--resume", run, "--max-cost", "5", "--no-progress")
+    assert status == 0, err
+    status, out, _ = _cli(capsys, "stats", run)
+    assert status == 0 and "model usage" in out
