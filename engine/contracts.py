@@ -245,8 +245,9 @@ class Agent(Protocol):
 class UserReply(msgspec.Struct, kw_only=True):
     """A user's turn; ``end`` means the user closes the dialogue with it (the agent answers once more).
 
-    A model-driven user also reports its model calls (logged before the turn, each after its faults), the
-    turn's usage and cost, and ``inferred`` when its frames' acts and spans were read from its words.
+    A model-driven user also reports its model calls (logged before the turn, each after the failed attempts
+    it carries), the turn's usage and cost, and ``inferred`` when its frames' acts and spans were read from its
+    words.
     """
 
     utterance: str
@@ -255,7 +256,6 @@ class UserReply(msgspec.Struct, kw_only=True):
     think: float | None = None  # virtual seconds before speaking; None lets the engine's model decide
     reaction: dict[str, Any] | None = None
     model_calls: list[ModelCall] = []
-    faults: list[FaultReport] = []
     usage: Usage | None = None
     cost: float | None = None
     inferred: bool = False

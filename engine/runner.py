@@ -283,15 +283,19 @@ class _Dialogue:
         self.user = user = batch.make_user()
         self.agent = agent = batch.make_agent()
         self.world = batch.world(scenario, world_rng)
-        tape = self.rec.tape.events if self.rec.tape.end else ()  # a resumed episode's model calls are recorded
+        tape = self.rec.tape
         start = getattr(user, "start", None)
         if start is not None:
-            start(EpisodeContext(episode_id=ep, scenario=scenario, tools=tools, rng=user_rng, seed=seed,
-                                 recorded=recorded_calls(tape, "user")))
+            ctx = EpisodeContext(episode_id=ep, scenario=scenario, tools=tools, rng=user_rng, seed=seed)
+            if tape.end:  # a resumed episode: the model calls its log holds
+                ctx.recorded = recorded_calls(tape.events, "user")
+            start(ctx)
         start = getattr(agent, "start", None)
         if start is not None:
-            start(EpisodeContext(episode_id=ep, scenario=scenario.agent_view(), tools=tools, rng=agent_rng,
-                                 seed=seed, recorded=recorded_calls(tape, "agent")))
+            ctx = EpisodeContext(episode_id=ep, scenario=scenario.agent_view(), tools=tools, rng=agent_rng, seed=seed)
+            if tape.end:
+                ctx.recorded = recorded_calls(tape.events, "agent")
+            start(ctx)
         self.read_back = not getattr(agent, "deterministic", True)  # the protocol's default
 
     def turns(self) -> Generator[Any, Any, tuple[Outcome, int]]:
@@ -321,7 +325,7 @@ class _Dialogue:
             rec.t = t = t + (reply.think if reply.think is not None else think(timing))
             said = UserTurn(run=run, ep=ep, seq=seq, t=t, wall=_now_ns(), turn=turn, utterance=reply.utterance,
                             frames=reply.frames, end=reply.end, reaction=reply.reaction)
-            if reply.model_calls or reply.faults or reply.inferred:  # a model-driven user
+            if reply.model_calls or reply.inferred:  # a model-driven user
                 seq = self.model_user_turn(reply, said)
             take(said)
             rec.seq = seq = seq + 1
@@ -398,11 +402,9 @@ class _Dialogue:
                 raise _failure("agent", exc) from None
 
     def model_user_turn(self, reply: UserReply, said: UserTurn) -> int:
-        """Log a model-driven user's failed attempts and model calls before its turn ``said``, which moves past
-        them and takes the reply's usage, cost and ``inferred`` mark: the turn's seq."""
+        """Log a model-driven user's model calls (each after its failed attempts) before its turn ``said``, which
+        moves past them and takes the reply's usage, cost and ``inferred`` mark: the turn's seq."""
         rec = self.rec
-        for f in reply.faults:
-            rec.emit(Fault, who="user", kind=f.kind, detail=f.detail, attempt=f.attempt)
         self.log_calls("user", reply.model_calls)
         said.seq = rec.seq
         if reply.usage is not None:
