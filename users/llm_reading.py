@@ -6,12 +6,15 @@ schema agent's reader), in the light of the goal's current service and the agent
 inferred on the turn. The state is the true one, from the goal the user was given: a slot's value enters it
 when the user's words are read as informing a value the goal gives for that slot (a constraint, an optional
 or carried value, a relaxation), and it holds the goal's canonical value with every way the user said it;
-a value the reading finds that the goal does not give (a misreading, or the model improvising) stays out. The
-active intent is the goal's intent the user is read as asking for, else the service's first goal intent once
-the user speaks about it; requested slots are the goal's requested slots the user is read as asking for,
-this turn only (as in SGD). Unlike the agenda user's state, values the agent offered and the user took are not
-added. Services are those of the goal; a turn nothing is read from gets a frame of the current service with
-the state so far, so that every user turn carries a state.
+a value the reading finds that the goal does not give (a misreading, or the model improvising) stays out. As
+in SGD (and the agenda user), values the agent put to the user and the user took join the state too: an
+entity the agent offered (OFFER acts) when the user is read as selecting it, values the agent asked to confirm
+(CONFIRM acts) when the user is read as affirming them; only slots the service's intents take as arguments.
+Taking them needs the agent's acts (an agent that reports none, text only, adds nothing this way). The active
+intent is the goal's intent the user is read as asking for, else the service's first goal intent once the
+user speaks about it; requested slots are the goal's requested slots the user is read as asking for, this
+turn only (as in SGD). Services are those of the goal; a turn nothing is read from gets a frame of the
+current service with the state so far, so that every user turn carries a state.
 """
 
 from __future__ import annotations
@@ -33,6 +36,9 @@ class TurnReader:
         self.allowed: dict[tuple[str, str], dict[str, str]] = {}  # (service, slot) -> lower-cased value -> canonical
         self.intents: dict[str, list[str]] = {}
         self.requested: dict[str, set[str]] = {}
+        self.args = {name: {s for i in schema.get("intents", ()) for s in [*i["required_slots"],
+                                                                          *(i.get("optional_slots") or {})]}
+                     for name, schema in schemas.items()}  # the slots SGD tracks in a service's state
         for sg in self.subgoals:
             service = sg["service"]
             self.intents.setdefault(service, []).append(sg["intent"])
@@ -50,11 +56,14 @@ class TurnReader:
         """The frames of the user's turn ``text`` after the agent's turn ``agent`` (None: the opening turn)."""
         last: set[str] = set()
         expecting: list[str] = []
+        put: dict[str, dict[str, list[Act]]] = {}  # service -> OFFER / CONFIRM -> the agent's acts
         for frame in agent.frames if agent is not None else ():
             for act in frame.actions:
                 last.add(act.act)
                 if act.act == "REQUEST":
                     expecting.append(act.slot)
+                elif act.act in ("OFFER", "CONFIRM") and act.values:
+                    put.setdefault(frame.service, {}).setdefault(act.act, []).append(act)
         spans: list[tuple[str, SlotSpan]] = []
         pairs = self.matcher.parse(text, self.current, self.active.get(self.current), last, expecting, spans)
         groups: dict[str, list[Act]] = {}
@@ -65,6 +74,10 @@ class TurnReader:
         frames = []
         for service, acts in groups.items():
             requested = self._hold(service, acts)
+            kinds = {a.act for a in acts}
+            for taken in (("OFFER", "SELECT"), ("CONFIRM", "AFFIRM")):
+                if taken[1] in kinds:
+                    self._take(service, put.get(service, {}).get(taken[0], ()))
             if service not in self.active and service in self.intents:
                 self.active[service] = self.intents[service][0]
             state = DialogueState(active_intent=self.active.get(service, "NONE"), requested_slots=requested,
@@ -98,6 +111,15 @@ class TurnReader:
             elif act.act == "REQUEST" and act.slot in self.requested.get(service, ()) and act.slot not in requested:
                 requested.append(act.slot)
         return requested
+
+    def _take(self, service: str, acts: Any) -> None:
+        """Hold the values of the agent's acts the user took (an offer selected, a confirmation affirmed)."""
+        args = self.args.get(service, ())
+        for act in acts:
+            if act.slot in args:
+                canon = (act.canonical_values or act.values)[0]
+                self.canon.setdefault(service, {})[act.slot] = canon
+                self.spoken.setdefault(service, {})[act.slot] = [act.values[0]]
 
     def claims(self) -> list[Claim]:
         """What the user believes it got when it ends: each transactional part, with the values it holds for

@@ -134,3 +134,25 @@ def test_claims_are_the_transactional_parts_with_the_values_held(pack):
     claims = reader.claims()
     assert [(c.service, c.intent, c.transactional) for c in claims] == [("Restaurants_1", "ReserveRestaurant", True)]
     assert claims[0].constraints == {}  # cuisine is no argument of ReserveRestaurant
+
+
+def test_an_offer_selected_and_a_confirmation_affirmed_join_the_state(pack):
+    """As in SGD: the offered entity's argument slots when the user takes it; confirmed values when affirmed."""
+    reader = _reader(pack)
+    reader.read("I'm looking for an Italian place to eat.", None)
+    offer = AgentTurn(run="r", ep="e", seq=2, t=0.0, wall=0, turn=1, utterance="How about Tavola in San Jose?",
+                      frames=[Frame(service="Restaurants_1", actions=[
+                          Act(act="OFFER", slot="restaurant_name", values=["Tavola"], canonical_values=["Tavola"]),
+                          Act(act="OFFER", slot="city", values=["San Jose"], canonical_values=["San Jose"])])])
+    frames = reader.read("Yes, that sounds good.", offer)
+    assert "SELECT" in {a.act for a in frames[0].actions}
+    assert frames[0].state.slot_values == {"cuisine": ["Italian"], "restaurant_name": ["Tavola"],
+                                           "city": ["San Jose"]}
+    confirm = AgentTurn(run="r", ep="e", seq=4, t=0.0, wall=0, turn=3, utterance="A table for 2 at 7 pm?",
+                        frames=[Frame(service="Restaurants_1", actions=[
+                            Act(act="CONFIRM", slot="party_size", values=["2"], canonical_values=["2"]),
+                            Act(act="CONFIRM", slot="time", values=["7 pm"], canonical_values=["19:00"])])])
+    frames = reader.read("Yes, that is right.", confirm)
+    assert frames[0].state.slot_values["time"] == ["7 pm"] and frames[0].state.slot_values["party_size"] == ["2"]
+    assert reader.claims()[0].constraints == {"restaurant_name": "Tavola", "city": "San Jose", "party_size": "2",
+                                              "time": "19:00"}
