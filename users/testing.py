@@ -10,7 +10,7 @@ It ends the dialogue with the stop marker, reports usage (words as tokens), and,
 (as ``agents.http.testing.faulty_app``), injects faults: ``500``, ``429`` (Retry-After), ``malformed``, ``hang``.
 ``app[REQUESTS]`` holds every request body received, in order, ``app[TIMES]`` when each came
 (``time.monotonic()``) and ``app[AUTHORIZATION]`` the Authorization headers seen (for tests of keys); every
-answer waits ``delay`` seconds first.
+answer waits ``delay`` seconds first (``app[CONTROL]["delay"]``, which a test may change while it serves).
 
     with serve_in_thread(user_model_app(pack)) as url:
         ... dialogsim run --user llm:{url} --user-model fake ...
@@ -37,6 +37,7 @@ from .llm_prompt import STOP, read_goal
 REQUESTS = web.AppKey("requests", list)
 TIMES = web.AppKey("times", list)
 AUTHORIZATION = web.AppKey("authorization", set)
+CONTROL = web.AppKey("control", dict)
 CLOSING = "Thank you, goodbye."  # what the played user says when the agenda user leaves without a word
 
 
@@ -75,6 +76,7 @@ def user_model_app(pack: Any, *, plan: Callable[[str, int], str | None] | None =
     requests: list[dict[str, Any]] = []
     times: list[float] = []
     authorization: set[str] = set()
+    control = {"delay": delay}
 
     async def answer(request: web.Request) -> web.StreamResponse:
         body = await request.json()
@@ -102,8 +104,8 @@ def user_model_app(pack: Any, *, plan: Callable[[str, int], str | None] | None =
         times.append(time.monotonic())
         if "Authorization" in request.headers:
             authorization.add(request.headers["Authorization"])
-        if delay:
-            await asyncio.sleep(delay)
+        if control["delay"]:
+            await asyncio.sleep(control["delay"])
         fault = None
         if plan is not None:
             key = f"{body.get('user', '')}/{len(body.get('messages', ()))}"
@@ -117,6 +119,7 @@ def user_model_app(pack: Any, *, plan: Callable[[str, int], str | None] | None =
     app[REQUESTS] = requests
     app[TIMES] = times
     app[AUTHORIZATION] = authorization
+    app[CONTROL] = control
     app.router.add_post("/v1/chat/completions", handle)
     return app
 

@@ -19,7 +19,7 @@ from dialogsim.agents.http.server import make_app
 from dialogsim.agents.http.testing import EchoAgent, STATS, faulty_app, serve_in_thread
 from dialogsim.engine.registry import agent_factory, load_scenarios
 from dialogsim.scenarios.sgd.corpus import read_dialogue_file, validate_dialogue
-from dialogsim.users.testing import AUTHORIZATION, REQUESTS, request_digests, user_model_app
+from dialogsim.users.testing import AUTHORIZATION, CONTROL, REQUESTS, request_digests, user_model_app
 
 CLI = [sys.executable, "-m", "dialogsim.engine.cli"]
 
@@ -41,17 +41,18 @@ def test_fifty_dialogues_over_http_killed_resumed_and_projected(tmp_path, pack):
     request for an ended episode nor any the log holds, ends every episode once, and the SGD projection of the
     run has no format problem."""
     run = tmp_path / "run"
-    user_app = user_model_app(pack, delay=0.01)
+    user_app = user_model_app(pack, delay=0.03)  # slow enough to kill the run in the middle
     schema = agent_factory("schema", load_scenarios("sgd"), {})
     with serve_in_thread(user_app) as user_url, serve_in_thread(make_app(schema, "native")) as agent_url:
         proc = subprocess.Popen([*CLI, "run", "--user", f"llm:{user_url}", "--user-model", "fake-user", "--agent",
                                  f"http:{agent_url}", "--episodes", "50", "--concurrency", "5", "--seed", "5",
                                  "--out", str(run), "--no-progress"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         deadline = time.monotonic() + 120
+        shard = run / "events" / "shard-000.jsonl"
         while time.monotonic() < deadline and proc.poll() is None:
-            if (run / "events").is_dir() and sum(e["type"] == "episode_ended" for e in _log_lines(run)) >= 15:
+            if shard.exists() and shard.read_bytes().count(b'"type":"episode_ended"') >= 15:
                 break
-            time.sleep(0.02)
+            time.sleep(0.01)
         assert proc.poll() is None, "the run ended before it could be killed"
         proc.send_signal(signal.SIGKILL)
         proc.communicate(timeout=30)
@@ -61,6 +62,7 @@ def test_fifty_dialogues_over_http_killed_resumed_and_projected(tmp_path, pack):
         logged = {e["digest"] for e in events if e["type"] == "model_called"}
         assert 15 <= len(ended) < 50
         sent_before = len(user_app[REQUESTS])
+        user_app[CONTROL]["delay"] = 0.0
         resumed = subprocess.run([*CLI, "run", "--resume", str(run), "--no-progress"], capture_output=True,
                                  text=True, timeout=300)
         assert resumed.returncode == 0, resumed.stderr
