@@ -226,7 +226,7 @@ class SchemaAgent:
         what ``decide`` turns into the rule's reply, or another policy into its own."""
         user = obs.user
         frames = user.frames
-        if frames and not self.text_only:
+        if frames and not self.text_only and user.inferred is not True:  # inferred acts are a reading: read the words
             if len(frames) == 1:  # the common case, without a comprehension
                 said = [(frames[0].service, frames[0].actions)] if frames[0].actions else []
             else:

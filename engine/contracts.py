@@ -17,11 +17,12 @@ against the scenario's world, logs them, and asks again with the results in ``Ob
 from __future__ import annotations
 
 import random
-from typing import Any, Awaitable, Protocol
+from typing import Any, Awaitable, Mapping, Protocol
 
 import msgspec
 
-from .events import AgentTurn, DialogueState, Event, Frame, Outcome, SlotSpan, ToolCalled, ToolReturned, Usage, UserTurn
+from .events import (AgentTurn, DialogueState, Event, Frame, ModelToolCall, Outcome, SlotSpan, ToolCalled, ToolReturned,
+                     Usage, UserTurn)
 
 # -- scenarios and worlds ----------------------------------------------------------------------------
 
@@ -102,14 +103,48 @@ class Claim(msgspec.Struct, kw_only=True):
     entity: dict[str, str] | None = None  # a search: the offered values of the entity the user selected
 
 
+class FaultReport(msgspec.Struct, kw_only=True):
+    """A failure a user or agent met and survived (a retried request, say), logged as a ``fault`` event."""
+
+    kind: str
+    detail: str = ""
+    attempt: int = 0
+
+
+class ModelCall(msgspec.Struct, kw_only=True):
+    """One model call a user or agent made, as its reply reports it: logged as a ``model_called`` event.
+
+    The fields are the event's (see ``events.ModelCalled``); ``faults`` are the failed attempts before the
+    answer, logged as ``fault`` events just before it. A participant whose episode is resumed finds the
+    calls its log holds in ``EpisodeContext.recorded`` and answers a request with a recorded digest from
+    there instead of asking the model again.
+    """
+
+    model: str
+    digest: str
+    content: str | None = None
+    tool_calls: list[ModelToolCall] = []
+    finish_reason: str | None = None
+    usage: Usage | None = None
+    cost: float | None = None
+    attempt: int = 1
+    cached: bool = False
+    faults: list[FaultReport] = []
+
+
 class EpisodeContext(msgspec.Struct, kw_only=True):
-    """What a user or agent is told when its episode starts; ``rng`` is its own random stream."""
+    """What a user or agent is told when its episode starts; ``rng`` is its own random stream.
+
+    ``recorded``: the model calls the episode's log already holds for this participant (a resumed or
+    re-run episode), by request digest; empty for a new episode.
+    """
 
     episode_id: str
     scenario: Scenario
     tools: list[ToolSpec]
     rng: random.Random
     seed: int
+    recorded: Mapping[str, ModelCall] = {}
 
 
 class World(Protocol):
@@ -151,14 +186,6 @@ class ToolCall(msgspec.Struct, kw_only=True):
     call_id: str = ""
 
 
-class FaultReport(msgspec.Struct, kw_only=True):
-    """A failure the agent met and survived (a retried request, say), logged as a ``fault`` event."""
-
-    kind: str
-    detail: str = ""
-    attempt: int = 0
-
-
 class AgentReply(msgspec.Struct, kw_only=True):
     """An agent's answer: either tool calls to run, or its turn (utterance, acts, tracked state)."""
 
@@ -173,10 +200,12 @@ class AgentReply(msgspec.Struct, kw_only=True):
     action: str | None = None
     latency: float | None = None  # virtual seconds; None lets the engine's latency model decide
     faults: list[FaultReport] = []
+    model_calls: list[ModelCall] = []  # logged before the step, each after its own faults
 
 
 class AgentFailure(Exception):
-    """The agent could not answer at all (retries exhausted): the episode ends with outcome error."""
+    """The agent (or a live user) could not answer at all (retries exhausted): the episode ends with outcome
+    error, and its faults are logged as the failing participant's."""
 
     def __init__(self, detail: str, faults: list[FaultReport] | None = None) -> None:
         # Both in args: simpy re-raises a failed event's exception as type(exc)(*exc.args).
@@ -214,13 +243,22 @@ class Agent(Protocol):
 
 
 class UserReply(msgspec.Struct, kw_only=True):
-    """A user's turn; ``end`` means the user closes the dialogue with it (the agent answers once more)."""
+    """A user's turn; ``end`` means the user closes the dialogue with it (the agent answers once more).
+
+    A model-driven user also reports its model calls (logged before the turn, each after the failed attempts
+    it carries), the turn's usage and cost, and ``inferred`` when its frames' acts and spans were read from its
+    words.
+    """
 
     utterance: str
     frames: list[Frame] = []
     end: bool = False
     think: float | None = None  # virtual seconds before speaking; None lets the engine's model decide
     reaction: dict[str, Any] | None = None
+    model_calls: list[ModelCall] = []
+    usage: Usage | None = None
+    cost: float | None = None
+    inferred: bool = False
 
 
 class Verdict(msgspec.Struct, kw_only=True):

@@ -51,10 +51,33 @@ class Frame(msgspec.Struct, kw_only=True):
 
 
 class Usage(msgspec.Struct, kw_only=True):
-    """Token usage of one agent turn, summed over its model calls."""
+    """Token usage of one turn (summed over its model calls) or of one model call."""
 
     input_tokens: int = 0
     output_tokens: int = 0
+
+
+class RoleUsage(msgspec.Struct, kw_only=True):
+    """What one role (user, agent, judge...) used over an episode or a run: model calls, tokens and cost.
+
+    ``calls`` counts the logged model calls (0 for a participant that reports usage without them, an HTTP
+    agent say); ``cost`` is None when no price was given; ``cached`` counts the calls answered by the llm
+    cache (their tokens are counted, their cost is not: nothing was spent on them in this run).
+    """
+
+    calls: int = 0
+    cached: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cost: float | None = None
+
+
+class ModelToolCall(msgspec.Struct, kw_only=True):
+    """A function call in a model's answer, as chat completions give it: id, function name, JSON arguments."""
+
+    id: str = ""
+    name: str
+    arguments: str = "{}"
 
 
 class EpisodeRef(msgspec.Struct, array_like=True):
@@ -91,10 +114,18 @@ class RunStarted(Event, tag="run_started", kw_only=True):
 
 
 class RunEnded(Event, tag="run_ended", kw_only=True):
-    """A run stopped: completed, interrupted or failed, with outcome counts."""
+    """A run stopped: completed, interrupted, failed, or stopped (its budget was spent: ``reason`` says so),
+    with outcome counts.
 
-    status: Literal["completed", "interrupted", "failed"]
+    ``usage`` is the run's model usage and cost per role, summed over its ended episodes (their
+    ``episode_ended.usage``); ``reason`` says why a run stopped early. Both are left out of the encoding
+    when unset, so runs without model usage log the same events as before.
+    """
+
+    status: Literal["completed", "interrupted", "failed", "stopped"]
     counts: dict[str, int] = {}
+    usage: dict[str, RoleUsage] | UnsetType = UNSET
+    reason: str | UnsetType = UNSET
 
 
 # -- episode level ---------------------------------------------------------------------------------
@@ -122,6 +153,11 @@ class UserTurn(Event, tag="user_turn", kw_only=True):
 
     A persona user's reaction turn carries ``reaction`` (its signals) and ``persona`` (the profile it
     reacted as); ``persona`` is left out of the encoding when unset, so other users' logs do not change.
+
+    A model-driven user's turn carries ``usage`` and ``cost`` (summed over its model calls, as on agent
+    turns) and ``inferred``: true when its acts and slot spans were read from its words by the project's
+    text understanding rather than known (its frames' ``state`` is still the true one, from the user's
+    goal). All three are left out of the encoding when unset.
     """
 
     turn: int
@@ -131,6 +167,9 @@ class UserTurn(Event, tag="user_turn", kw_only=True):
     reaction: dict[str, Any] | None = None
     raw_act: dict[str, Any] | UnsetType = UNSET
     persona: dict[str, Any] | UnsetType = UNSET
+    inferred: bool | UnsetType = UNSET
+    usage: Usage | UnsetType = UNSET
+    cost: float | UnsetType = UNSET
 
 
 class AgentTurn(Event, tag="agent_turn", kw_only=True):
@@ -158,6 +197,31 @@ class AgentTurn(Event, tag="agent_turn", kw_only=True):
     raw_act: dict[str, Any] | UnsetType = UNSET
     action_by: str | UnsetType = UNSET
     prompt: str | UnsetType = UNSET
+
+
+class ModelCalled(Event, tag="model_called", kw_only=True):
+    """A participant's model answered one chat-completions request: logged before the step it produced.
+
+    ``role`` is who asked (``user``, ``agent``, or another role such as ``judge``); ``digest`` is
+    ``sha256:`` and the hex SHA-256 of the request body as canonical JSON (sorted keys, no spaces, without
+    the transport field ``stream``; headers, and so API keys, are never part of it); ``content`` and
+    ``tool_calls`` are the answer's message; ``usage`` what the server reported and ``cost`` its price (None
+    without a price table); ``attempt`` the attempt that succeeded (the failed ones before it are ``fault``
+    events); ``cached`` true when the answer came from the llm cache (``--llm-cache``) instead of the
+    network. A resumed episode answers a request whose digest its log holds from this event, never from
+    the model (docs/llm.md).
+    """
+
+    role: str
+    model: str
+    digest: str
+    content: str | None = None
+    tool_calls: list[ModelToolCall] = []
+    finish_reason: str | None = None
+    usage: Usage | None = None
+    cost: float | None = None
+    attempt: int = 1
+    cached: bool = False
 
 
 class ToolCalled(Event, tag="tool_called", kw_only=True):
@@ -195,12 +259,18 @@ Outcome = Literal["success", "failure", "abandoned", "max_turns", "error"]
 
 
 class EpisodeEnded(Event, tag="episode_ended", kw_only=True):
-    """An episode ended, exactly once: outcome, reason, turn count and the inputs of rewards."""
+    """An episode ended, exactly once: outcome, reason, turn count and the inputs of rewards.
+
+    ``usage``: the episode's model usage and cost per role (from its ``model_called`` events, and from the
+    usage its turns report for a role that logged no model calls); left out of the encoding when no one
+    reported any, so such logs are unchanged.
+    """
 
     outcome: Outcome
     reason: str = ""
     turns: int = 0
     reward: dict[str, Any] = {}
+    usage: dict[str, RoleUsage] | UnsetType = UNSET
 
 
 AnyEvent = Union[
@@ -209,6 +279,7 @@ AnyEvent = Union[
     EpisodeStarted,
     UserTurn,
     AgentTurn,
+    ModelCalled,
     ToolCalled,
     ToolReturned,
     Fault,

@@ -23,6 +23,8 @@ BUILTINS: list[tuple[str, str, str | None, str]] = [
     ("scenarios", "builtin", "dialogsim.scenarios.builtin:load", "two tiny scripted scenarios, for tests and demos"),
     ("user", "agenda", "dialogsim.users.agenda:make_factory", "agenda-based SGD user"),
     ("user", "scripted", "dialogsim.users.scripted:make_factory", "says the scenario's scripted lines"),
+    ("user", "llm", "dialogsim.users.llm:LlmUserFactory",
+     "a model plays the user, over any OpenAI-compatible endpoint (llm:URL, --user-model NAME)"),
     ("agent", "schema", "dialogsim.agents.schema_agent:make_factory", "rule-based schema-guided SGD agent"),
     ("agent", "scripted", "dialogsim.agents.scripted:make_factory", "says the scenario's scripted lines"),
     ("agent", "http", "dialogsim.agents.http.native:NativeAgentFactory", "a live agent speaking dialogsim/1 (http:URL)"),

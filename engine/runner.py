@@ -23,10 +23,14 @@ from typing import Any
 import msgspec
 import simpy
 
-from .contracts import (Agent, AgentFailure, AgentReply, EpisodeContext, FaultReport, Observation, Scenario,
+from msgspec import UNSET
+
+from .calls import UsageMeter, recorded_calls
+from .contracts import (Agent, AgentFailure, AgentReply, EpisodeContext, FaultReport, ModelCall, Observation, Scenario,
                         ScenarioSet, ToolCall, ToolResult, ToolSpec, User, UserReply, Verdict, World)
 from .driver import Driver
-from .events import AgentTurn, EpisodeEnded, EpisodeStarted, Event, Fault, ToolCalled, ToolReturned, UserTurn
+from .events import (AgentTurn, EpisodeEnded, EpisodeStarted, Event, Fault, ModelCalled, ToolCalled, ToolReturned,
+                     UserTurn)
 from .seeding import episode_seed, episode_streams, stream
 from .tape import Divergence, Tape
 from .timing import Arrivals, Delay
@@ -99,12 +103,13 @@ class _Recorder:
     else is recorded and before the episode waits on anything, so the log keeps simpy's order.
     """
 
-    __slots__ = ("run", "ep", "env", "sink", "tape", "seq", "t", "pending")
+    __slots__ = ("run", "ep", "env", "sink", "tape", "seq", "t", "pending", "usage")
 
     def __init__(self, run: str, ep: str, env: simpy.Environment, sink: Sink, tape: Tape) -> None:
         self.run, self.ep, self.env, self.sink, self.tape, self.seq = run, ep, env, sink, tape, 0
         self.t = env.now
         self.pending: list[Event] = []
+        self.usage: Any = UNSET  # the episode's model usage per role, for its episode_ended (unset: none)
 
     def turn_taker(self) -> Callable[[UserTurn | AgentTurn], None]:
         """What takes the episode loop's turns: for a new episode the pending list's own append (a turn then
@@ -176,6 +181,11 @@ class Batch:
         self.judge: Callable[[Scenario, list, list[Event]], str | None] | None = getattr(scenarios, "judge", None)
         self.env = simpy.Environment(initial_time=0.0)  # a float clock: t is always encoded as a float
         self.driver = Driver(self.env, before_wait=getattr(sink, "commit", None))
+        self.stopping = False  # set by stop_starting: the jobs not started yet are left
+
+    def stop_starting(self) -> None:
+        """Start no new episodes (a budget is spent): those in flight, and resumed ones, finish; the run ends."""
+        self.stopping = True
 
     async def run(self, jobs: Iterable[Job]) -> None:
         """Run every job to its ``episode_ended``; raises Interrupted when stopped."""
@@ -192,6 +202,8 @@ class Batch:
 
     def _worker(self, queue: Iterable[Job]) -> Generator[Any, Any, None]:
         for job in queue:
+            if self.stopping and not job.tape:  # resumed episodes, started before, are sorted first
+                return
             yield from self._episode(job)
 
     def _poisson(self, jobs: list[Job]) -> Generator[Any, Any, None]:
@@ -200,12 +212,15 @@ class Batch:
         for job in jobs:
             if not job.tape:
                 yield self.env.timeout(rng.expovariate(self.settings.arrivals.rate))
+            if self.stopping and not job.tape:
+                return
             self.env.process(self._queued(job, slots))
 
     def _queued(self, job: Job, slots: simpy.Resource) -> Generator[Any, Any, None]:
         with slots.request() as slot:
             yield slot
-            yield from self._episode(job)
+            if job.tape or not self.stopping:
+                yield from self._episode(job)
 
     def _episode(self, job: Job) -> Generator[Any, Any, None]:
         """One episode from its ``episode_started`` to its ``episode_ended``."""
@@ -225,7 +240,7 @@ class Batch:
         if rec.t > env._now:  # simpy's clock up to the episode's end (env._now is env.now without its property)
             yield env.timeout(rec.t - env._now)
         ended = rec.record(EpisodeEnded(run=run_id, ep=ep, seq=rec.seq, t=rec.t, wall=_now_ns(), outcome=kind,
-                                        reason=reason, turns=turns, reward=reward))
+                                        reason=reason, turns=turns, reward=reward, usage=rec.usage))
         self.sink.episode_done()
         if self.on_episode_end is not None:
             self.on_episode_end(ended)
@@ -242,6 +257,8 @@ class Batch:
             rec.flush()
         except Exception as exc:  # a bug in a user, agent or world must not sink the batch
             outcome, turns = dialogue.failed(exc)
+        if dialogue.meter is not None or rec.tape.end:  # usage reported, or a resumed episode: its usage, if any
+            rec.usage = dialogue.usage()
         return outcome, turns
 
 
@@ -249,7 +266,7 @@ class _Dialogue:
     """One episode's dialogue: its user, agent and world, the turns so far, and the steps of a turn."""
 
     __slots__ = ("batch", "rec", "scenario", "seed", "streams", "timing", "tools", "user", "agent", "read_back",
-                 "world", "history")
+                 "world", "history", "meter")
 
     def __init__(self, batch: Batch, rec: _Recorder, scenario: Scenario, seed: int) -> None:
         self.batch, self.rec, self.scenario, self.seed = batch, rec, scenario, seed
@@ -257,6 +274,7 @@ class _Dialogue:
         self.timing = self.streams[3]
         self.tools = batch.tools(scenario)
         self.history: list[Event] = []  # the turns and tool events so far: what the agent observes
+        self.meter: UsageMeter | None = None  # usage by role: made at the first model call or reported usage
 
     def start(self) -> None:
         """Make the user, the agent and the world, and tell the user and the agent that the episode starts."""
@@ -265,13 +283,19 @@ class _Dialogue:
         self.user = user = batch.make_user()
         self.agent = agent = batch.make_agent()
         self.world = batch.world(scenario, world_rng)
+        tape = self.rec.tape
         start = getattr(user, "start", None)
         if start is not None:
-            start(EpisodeContext(episode_id=ep, scenario=scenario, tools=tools, rng=user_rng, seed=seed))
+            ctx = EpisodeContext(episode_id=ep, scenario=scenario, tools=tools, rng=user_rng, seed=seed)
+            if tape.end:  # a resumed episode: the model calls its log holds
+                ctx.recorded = recorded_calls(tape.events, "user")
+            start(ctx)
         start = getattr(agent, "start", None)
         if start is not None:
-            start(EpisodeContext(episode_id=ep, scenario=scenario.agent_view(), tools=tools, rng=agent_rng,
-                                 seed=seed))
+            ctx = EpisodeContext(episode_id=ep, scenario=scenario.agent_view(), tools=tools, rng=agent_rng, seed=seed)
+            if tape.end:
+                ctx.recorded = recorded_calls(tape.events, "agent")
+            start(ctx)
         self.read_back = not getattr(agent, "deterministic", True)  # the protocol's default
 
     def turns(self) -> Generator[Any, Any, tuple[Outcome, int]]:
@@ -301,6 +325,8 @@ class _Dialogue:
             rec.t = t = t + (reply.think if reply.think is not None else think(timing))
             said = UserTurn(run=run, ep=ep, seq=seq, t=t, wall=_now_ns(), turn=turn, utterance=reply.utterance,
                             frames=reply.frames, end=reply.end, reaction=reply.reaction)
+            if reply.model_calls or reply.inferred:  # a model-driven user
+                seq = self.model_user_turn(reply, said)
             take(said)
             rec.seq = seq = seq + 1
             remember(said)
@@ -316,11 +342,13 @@ class _Dialogue:
             if type(answer) is not AgentReply and hasattr(answer, "__await__"):
                 answer = yield from self.call(answer, due, "agent")
                 due = env._now  # calls after tool rounds are due at once
-            if type(answer) is not AgentReply or answer.tool_calls or answer.faults:
+            if type(answer) is not AgentReply or answer.tool_calls or answer.faults or answer.model_calls:
                 answer = yield from self.tool_rounds(obs, answer, due)
                 seq = rec.seq  # after the tool events
             if answer.latency is not None:  # a live agent's measured latency
                 latency = answer.latency
+            if answer.usage is not None and self.meter is None:  # the episode's end sums the turns' usage
+                self.meter = UsageMeter()
             rec.t = t = t + latency
             spoken = AgentTurn(run=run, ep=ep, seq=seq, t=t, wall=_now_ns(), turn=turn, utterance=answer.utterance,
                                frames=answer.frames, state=answer.state, tagged_slots=answer.tagged_slots,
@@ -359,6 +387,8 @@ class _Dialogue:
                 due = self.batch.env._now
             for f in answer.faults:
                 self.rec.emit(Fault, who="agent", kind=f.kind, detail=f.detail, attempt=f.attempt)
+            if answer.model_calls:
+                self.log_calls("agent", answer.model_calls)
             if not answer.tool_calls:
                 return answer
             obs = self.run_tools(obs, answer.tool_calls)
@@ -370,6 +400,39 @@ class _Dialogue:
                 answer = self.ask_agent(obs)
             except Exception as exc:
                 raise _failure("agent", exc) from None
+
+    def model_user_turn(self, reply: UserReply, said: UserTurn) -> int:
+        """Log a model-driven user's model calls (each after its failed attempts) before its turn ``said``, which
+        moves past them and takes the reply's usage, cost and ``inferred`` mark: the turn's seq."""
+        rec = self.rec
+        self.log_calls("user", reply.model_calls)
+        said.seq = rec.seq
+        if reply.usage is not None:
+            said.usage = reply.usage
+        if reply.cost is not None:
+            said.cost = reply.cost
+        if reply.inferred:
+            said.inferred = True
+        return rec.seq
+
+    def log_calls(self, who: str, calls: list[ModelCall]) -> None:
+        """Log the model calls of ``who``, each after the failed attempts before it, and count their usage."""
+        rec = self.rec
+        meter = self.meter
+        if meter is None:
+            meter = self.meter = UsageMeter()
+        for call in calls:
+            for f in call.faults:
+                rec.emit(Fault, who=who, kind=f.kind, detail=f.detail, attempt=f.attempt)
+            rec.emit(ModelCalled, role=who, model=call.model, digest=call.digest, content=call.content,
+                     tool_calls=call.tool_calls, finish_reason=call.finish_reason, usage=call.usage, cost=call.cost,
+                     attempt=call.attempt, cached=call.cached)
+            meter.call(who, call)
+
+    def usage(self) -> Any:
+        """The episode's model usage per role (its calls', and its turns' for roles that logged no calls), or
+        UNSET when no one reported any."""
+        return (self.meter or UsageMeter()).turns(self.history) or UNSET
 
     def run_tools(self, obs: Observation, calls: list[ToolCall]) -> Observation:
         """Run one round of tool calls against the world, logging each call and what it returned: ``obs``
@@ -452,8 +515,8 @@ class _Unlogged(Exception):
 
 def _failure(who: str, exc: Exception) -> _EpisodeError:
     """The error of an episode whose user or agent raised ``exc``; an agent that gave up reports its faults."""
-    if who == "agent" and isinstance(exc, AgentFailure):
-        return _EpisodeError(f"agent failed: {exc.detail}", who, exc.faults)
+    if isinstance(exc, AgentFailure):  # a live agent or user that gave up: its faults
+        return _EpisodeError(f"{who} failed: {exc.detail}", who, exc.faults)
     return _EpisodeError(f"{who} failed: {_describe(exc)}", who, [FaultReport(kind="exception", detail=_describe(exc))])
 
 

@@ -19,13 +19,15 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
+from msgspec import UNSET, UnsetType
 from tqdm import tqdm
 
 from .. import __version__
 from . import registry
+from .calls import add_usage, total_cost
 from .driver import Interrupted
 from .errors import UserError
-from .events import EpisodeEnded, Event, RunEnded, RunStarted
+from .events import EpisodeEnded, Event, RoleUsage, RunEnded, RunStarted
 from .log import DURABILITY_CHOICES, LogWriter, RunDir, read_episodes, read_events
 from .oplog import get_logger
 from .plugins import DEFAULT_SCENARIOS
@@ -41,7 +43,9 @@ class RunConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     ``--resume``.
 
     Besides the knobs of the batch (which ``validate`` parses into the engine's ``BatchSettings``), it names
-    the scenarios, the user and the agent, how many episodes to run, and the log's durability.
+    the scenarios, the user and the agent, how many episodes to run, and the log's durability. ``max_cost``
+    (USD over every role) and ``llm_cache`` (a directory of model answers by request digest) are left out of
+    the recorded config when not given, so that runs without them keep their run ids.
     """
 
     scenarios: str = ""
@@ -57,31 +61,37 @@ class RunConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     durability: str = "episode"
     user_options: dict[str, Any] = {}
     agent_options: dict[str, Any] = {}
+    max_cost: float | UnsetType = UNSET
+    llm_cache: str | UnsetType = UNSET
 
 
 class RunResult(msgspec.Struct, kw_only=True):
-    """How a run (or its resumption) finished."""
+    """How a run (or its resumption) finished; ``reason`` says why a stopped run stopped."""
 
     run_dir: Path
     status: str
     counts: dict[str, int]
     ran: int
+    reason: str = ""
+    usage: dict[str, RoleUsage] = {}
 
 
 DEFAULT_CONCURRENCY = 32  # episodes in flight when the agent runs in-process
 EPISODES_PER_AGENT_SLOT = 4  # episodes in flight per request slot of a live agent
 
 
-def default_concurrency(make_agent: Any) -> int:
-    """Episodes in flight when ``--concurrency`` is not given: 32, or four per request slot of a live agent.
+def default_concurrency(make_agent: Any, make_user: Any = None) -> int:
+    """Episodes in flight when ``--concurrency`` is not given: 32, or four per request slot of a live agent
+    and of a live (model-driven) user.
 
-    A live agent's factory says how many requests it keeps in flight (``concurrency``). An episode in
+    A live participant's factory says how many requests it keeps in flight (``concurrency``). An episode in
     virtual think time cannot send, since virtual time never passes a call in flight: with one episode
     per slot and the default think and latency models about 40% of the slots sit idle; four per slot
     keep them busy (``bench/bench_http.py --delay 20``).
     """
-    slots = getattr(make_agent, "concurrency", None)
-    return DEFAULT_CONCURRENCY if slots is None else EPISODES_PER_AGENT_SLOT * slots
+    slots = [n for n in (getattr(make_agent, "concurrency", None), getattr(make_user, "concurrency", None))
+             if n is not None]
+    return DEFAULT_CONCURRENCY if not slots else EPISODES_PER_AGENT_SLOT * sum(slots)
 
 
 def validate(config: RunConfig) -> BatchSettings:
@@ -99,6 +109,8 @@ def validate(config: RunConfig) -> BatchSettings:
         raise UserError(f"--seed must be an integer in [0, 2**63), got {config.seed}")
     if config.durability not in DURABILITY_CHOICES:
         raise UserError(f"--durability must be one of {', '.join(DURABILITY_CHOICES)}, got {config.durability!r}")
+    if config.max_cost is not UNSET and not config.max_cost >= 0:
+        raise UserError(f"--max-cost must be a number of USD >= 0, got {config.max_cost}")
     _refuse_secrets(config)
     return BatchSettings(seed=config.seed, concurrency=config.concurrency or DEFAULT_CONCURRENCY,
                          max_turns=config.max_turns, think=parse_delay(config.think, "--think"),
@@ -152,16 +164,31 @@ def start_run(out: str | Path, config: RunConfig, *, progress: bool = True) -> R
                                      agent=config.agent or getattr(scenarios, "default_agent", "scripted"))
     make_user = registry.user_factory(config.user, scenarios, config.user_options)
     make_agent = registry.agent_factory(config.agent, scenarios, config.agent_options)
+    use_llm_cache(config, make_user, make_agent)
     if config.concurrency is None:  # chosen now and recorded, so that --resume runs as many at once
-        config = msgspec.structs.replace(config, concurrency=default_concurrency(make_agent))
+        config = msgspec.structs.replace(config, concurrency=default_concurrency(make_agent, make_user))
         settings.concurrency = config.concurrency
     run = RunDir.create(out, run_id=run_id_for(config), config=msgspec.to_builtins(config), seed=config.seed)
     jobs = [Job(i) for i in range(config.episodes)]
-    return _execute(run, config, settings, scenarios, make_user, make_agent, jobs, Counter(), 0, progress)
+    return _execute(run, config, settings, scenarios, make_user, make_agent, jobs, Counter(), {}, 0, progress)
 
 
-def resume_run(out: str | Path, *, progress: bool = True) -> RunResult:
-    """Finish a run: skip ended episodes, continue unfinished ones from their logged prefix, run the rest."""
+def use_llm_cache(config: RunConfig, make_user: Any, make_agent: Any) -> None:
+    """Hand ``--llm-cache DIR`` to the factories whose participants call a model (``use_llm_cache(path)``)."""
+    if config.llm_cache is UNSET:
+        return
+    takers = [f for f in (make_user, make_agent) if hasattr(f, "use_llm_cache")]
+    if not takers:
+        raise UserError(f"--llm-cache {config.llm_cache}: neither the user ({config.user}) nor the agent "
+                        f"({config.agent}) calls a model")
+    for factory in takers:
+        factory.use_llm_cache(config.llm_cache)
+
+
+def resume_run(out: str | Path, *, progress: bool = True, max_cost: float | None = None) -> RunResult:
+    """Finish a run: skip ended episodes, continue unfinished ones from their logged prefix, run the rest.
+
+    ``max_cost`` replaces the run's budget (a stopped run goes on with a higher one)."""
     run = RunDir.open(out)
     imported = run.imported_by()
     if imported:
@@ -175,14 +202,19 @@ def resume_run(out: str | Path, *, progress: bool = True) -> RunResult:
         config = msgspec.convert(run.manifest.get("config"), RunConfig)
     except msgspec.ValidationError as exc:
         raise UserError(f"{run.path / 'manifest.json'}: bad config ({exc})") from None
+    if max_cost is not None:
+        config = msgspec.structs.replace(config, max_cost=max_cost)
+        run.manifest["config"] = msgspec.to_builtins(config)
     settings = validate(config)
     scenarios = registry.load_scenarios(config.scenarios)
     make_user = registry.user_factory(config.user, scenarios, config.user_options)
     make_agent = registry.agent_factory(config.agent, scenarios, config.agent_options)
+    use_llm_cache(config, make_user, make_agent)
     # Repair torn tails before reading, so the tapes match what the writer will append to.
     for shard in run.shards():
         LogWriter(shard, "none").close()
     counts: Counter[str] = Counter()
+    usage: dict[str, RoleUsage] = {}
     tapes: dict[str, list[Event]] = {}
     ended: set[str] = set()
     for events in read_episodes(run, include_unfinished=True):
@@ -190,21 +222,23 @@ def resume_run(out: str | Path, *, progress: bool = True) -> RunResult:
         if isinstance(last, EpisodeEnded):
             ended.add(last.ep)
             counts[last.outcome] += 1
+            if last.usage is not UNSET:
+                add_usage(usage, last.usage)
         else:
             tapes[last.ep] = events
     run_seq = sum(1 for e in read_events(run, types={"run_started", "run_ended"}))
     jobs = [Job(i, tapes.get(episode_id(i), [])) for i in range(config.episodes) if episode_id(i) not in ended]
     _log.info("resuming", run=str(run.path), ended=len(ended), unfinished=len(tapes),
               not_started=len(jobs) - len(tapes))
-    return _execute(run, config, settings, scenarios, make_user, make_agent, jobs, counts, run_seq, progress,
-                    resumed=True)
+    return _execute(run, config, settings, scenarios, make_user, make_agent, jobs, counts, usage, run_seq,
+                    progress, resumed=True)
 
 
 
 
 def _execute(run: RunDir, config: RunConfig, settings: BatchSettings, scenarios: Any, make_user: Any,
-             make_agent: Any, jobs: list[Job], counts: Counter[str], run_seq: int, progress: bool,
-             resumed: bool = False) -> RunResult:
+             make_agent: Any, jobs: list[Job], counts: Counter[str], usage: dict[str, RoleUsage], run_seq: int,
+             progress: bool, resumed: bool = False) -> RunResult:
     run_id = run.manifest["run_id"]
     writer = LogWriter(run.path / run.manifest["shards"][0], config.durability)
     writer.append(RunStarted(run=run_id, ep="", seq=run_seq, t=0.0, wall=time.time_ns(),
@@ -216,14 +250,20 @@ def _execute(run: RunDir, config: RunConfig, settings: BatchSettings, scenarios:
                file=sys.stderr, mininterval=0.25)
     ticker = _Ticker(len(jobs), enabled=progress and not sys.stderr.isatty())
 
+    budget = Budget(config.max_cost, usage)
+
     def episode_ended(event: EpisodeEnded) -> None:
         counts[event.outcome] += 1
+        if event.usage is not UNSET:
+            add_usage(usage, event.usage)
+            budget.check(batch)
         bar.update(1)
         ticker.tick()
 
     batch = Batch(run_id=run_id, scenarios=scenarios, make_user=make_user, make_agent=make_agent,
                   settings=settings, sink=writer, user_spec=config.user, agent_spec=config.agent,
                   on_episode_end=episode_ended)
+    budget.check(batch)  # a resumed run whose budget is spent starts nothing new
     status = "completed"
     previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
 
@@ -245,14 +285,43 @@ def _execute(run: RunDir, config: RunConfig, settings: BatchSettings, scenarios:
         bar.close()
         total = dict(counts)
         total["episodes"] = sum(counts.values())
+        reason = ""
+        if status == "completed" and batch.stopping and total["episodes"] < config.episodes:  # the budget left episodes unstarted
+            status, reason = "stopped", budget.reason(config.episodes - total["episodes"])
         writer.append(RunEnded(run=run_id, ep="", seq=run_seq + 1, t=batch.env.now, wall=time.time_ns(),
-                               status=status, counts=total))
+                               status=status, counts=total, usage=usage or UNSET, reason=reason or UNSET))
         writer.close()
         run.manifest.update(status=status, counts=total)
+        run.manifest.pop("reason", None)
+        if reason:
+            run.manifest["reason"] = reason
+        if usage:
+            run.manifest["usage"] = msgspec.to_builtins(usage)
         run.save_manifest()
     ran = sum(counts.values())
-    _log.info("run " + status, run=str(run.path), **{k: v for k, v in sorted(total.items())})
-    return RunResult(run_dir=run.path, status=status, counts=total, ran=ran)
+    _log.info("run " + status, run=str(run.path), **{k: v for k, v in sorted(total.items())},
+              **({"reason": reason} if reason else {}))
+    return RunResult(run_dir=run.path, status=status, counts=total, ran=ran, reason=reason, usage=usage)
+
+
+class Budget:
+    """``--max-cost``: once the run's model cost (every role, summed over ended episodes) reaches it, no new
+    episode starts; the episodes in flight finish, so the run may end a little over it."""
+
+    def __init__(self, max_cost: float | UnsetType, usage: dict[str, RoleUsage]) -> None:
+        self.max_cost = None if max_cost is UNSET else max_cost
+        self.usage = usage
+
+    def check(self, batch: Batch) -> None:
+        """Stop the batch starting episodes when the budget is spent."""
+        if self.max_cost is not None and not batch.stopping and total_cost(self.usage) >= self.max_cost:
+            batch.stop_starting()
+
+    def reason(self, left: int) -> str:
+        """Why the run stopped, for the manifest and run_ended."""
+        return (f"--max-cost {self.max_cost:g} USD spent ({total_cost(self.usage):.4f} USD); {left} episode"
+                f"{'s' if left != 1 else ''} not started (finish with: dialogsim run --resume RUN_DIR "
+                f"--max-cost HIGHER)")
 
 
 async def _run_batch(batch: Batch, jobs: list[Job], *factories: Any) -> None:

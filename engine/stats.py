@@ -3,7 +3,8 @@
 Both sources are first reduced to the same light shape (services, then per turn: speaker, utterance, act
 kinds, active intents), so that every figure is computed by one function for both and the comparison is
 like for like: success rate, turns per dialogue, acts per turn, act and intent distributions,
-distinct-utterance ratios, and the distances that the realism targets are stated in.
+distinct-utterance ratios, and the distances that the realism targets are stated in. A run's model usage
+and cost per role (user, agent, judge...) come from its episodes' ``episode_ended.usage``.
 """
 
 from __future__ import annotations
@@ -13,7 +14,10 @@ from collections.abc import Iterable
 from statistics import mean, median
 from typing import Any
 
-from .events import AgentTurn, EpisodeEnded, UserTurn
+from msgspec import UNSET
+
+from .calls import add_usage
+from .events import AgentTurn, EpisodeEnded, RoleUsage, UserTurn
 
 # (speaker "USER"/"SYSTEM", utterance, act kinds, active intents of the user's frames)
 Turn = tuple[str, str, list[str], list[str]]
@@ -22,12 +26,14 @@ Turn = tuple[str, str, list[str], list[str]]
 class Dialogue:
     """One dialogue reduced to what the statistics need."""
 
-    __slots__ = ("services", "turns", "outcome")
+    __slots__ = ("services", "turns", "outcome", "usage")
 
-    def __init__(self, services: list[str], turns: list[Turn], outcome: str | None = None) -> None:
+    def __init__(self, services: list[str], turns: list[Turn], outcome: str | None = None,
+                 usage: dict[str, RoleUsage] | None = None) -> None:
         self.services = services
         self.turns = turns
         self.outcome = outcome
+        self.usage = usage
 
 
 def from_episode(events: list[Any]) -> Dialogue:
@@ -35,6 +41,7 @@ def from_episode(events: list[Any]) -> Dialogue:
     services: list[str] = []
     turns: list[Turn] = []
     outcome = None
+    usage = None
     for e in events:
         if isinstance(e, (UserTurn, AgentTurn)):
             user = isinstance(e, UserTurn)
@@ -49,7 +56,8 @@ def from_episode(events: list[Any]) -> Dialogue:
             turns.append(("USER" if user else "SYSTEM", e.utterance, acts, intents))
         elif isinstance(e, EpisodeEnded):
             outcome = e.outcome
-    return Dialogue(services, turns, outcome)
+            usage = e.usage if e.usage is not UNSET else None
+    return Dialogue(services, turns, outcome, usage)
 
 
 def _shares(counter: Counter[str]) -> dict[str, float]:
@@ -68,8 +76,11 @@ def summarize(dialogues: Iterable[Dialogue]) -> dict[str, Any]:
     intents: Counter[str] = Counter()
     services: Counter[str] = Counter()
     services_per_dialogue: list[int] = []
+    usage: dict[str, RoleUsage] = {}
     for d in dialogues:
         n += 1
+        if d.usage:
+            add_usage(usage, d.usage)
         lengths.append(len(d.turns))
         if d.outcome is not None:
             outcomes[d.outcome] += 1
@@ -98,6 +109,10 @@ def summarize(dialogues: Iterable[Dialogue]) -> dict[str, Any]:
         out[f"{key}_acts"] = _shares(acts[side])
         out[f"{key}_distinct_utterances"] = (len(utterances[side]) / total) if total else 0.0
     out["intents"] = {k: v / n for k, v in sorted(intents.items(), key=lambda kv: (-kv[1], kv[0]))} if n else {}
+    out["usage"] = {role: {"calls": u.calls, "cached": u.cached, "input_tokens": u.input_tokens,
+                           "output_tokens": u.output_tokens, "cost": u.cost,
+                           "cost_per_dialogue": u.cost / n if u.cost is not None else None}
+                    for role, u in sorted(usage.items())}
     return out
 
 
@@ -150,6 +165,13 @@ def render(run: dict[str, Any], real: dict[str, Any] | None = None, cmp: dict[st
     if run["outcomes"]:
         lines.append("")
         lines.append("outcomes: " + ", ".join(f"{k} {v}" for k, v in run["outcomes"].items()))
+    if run.get("usage"):
+        lines.append("")
+        lines.append(f"{'model usage':<12} {'calls':>8} {'cached':>8} {'input tok':>12} {'output tok':>12} "
+                     f"{'cost USD':>10} {'per dialogue':>12}")
+        for role, u in run["usage"].items():
+            lines.append(f"  {role:<10} {u['calls']:>8} {u['cached']:>8} {u['input_tokens']:>12} "
+                         f"{u['output_tokens']:>12} {_usd(u['cost']):>10} {_usd(u['cost_per_dialogue']):>12}")
     for key, title in (("user_acts", "user acts (share)"), ("system_acts", "system acts (share)"),
                        ("intents", "intents (share of dialogues)")):
         lines.append("")
@@ -168,6 +190,10 @@ def render(run: dict[str, Any], real: dict[str, Any] | None = None, cmp: dict[st
         lines.append(f"  system act distance (TV)         {_fmt(cmp['system_act_tv'])}")
         lines.append(f"  intent distance (TV)             {_fmt(cmp['intent_tv'])}")
     return "\n".join(lines)
+
+
+def _usd(x: float | None) -> str:
+    return "-" if x is None else f"{x:.4f}"
 
 
 def _fmt(x: Any) -> str:

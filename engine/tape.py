@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import msgspec
 
-from .contracts import AgentFailure, AgentReply, FaultReport, ToolCall
-from .events import AgentTurn, EpisodeEnded, Event, Fault, ToolCalled, ToolReturned
+from .calls import model_call
+from .contracts import AgentFailure, AgentReply, FaultReport, ModelCall, ToolCall
+from .events import AgentTurn, EpisodeEnded, Event, Fault, ModelCalled, ToolCalled, ToolReturned
 
 
 class Divergence(Exception):
@@ -47,12 +48,20 @@ class Tape:
         self.end = len(self.events)
 
     def agent_step(self, seq: int) -> AgentReply | None:
-        """The agent's step logged from ``seq`` on (its faults, then its tool calls or its turn), or None when
-        the tape holds none; AgentFailure when the logged agent failed there."""
+        """The agent's step logged from ``seq`` on (its faults and model calls, then its tool calls or its turn),
+        or None when the tape holds none; AgentFailure when the logged agent failed there."""
         tape, i = self.events, seq
-        faults = []
-        while i < len(tape) and isinstance(tape[i], Fault) and tape[i].who == "agent":
-            faults.append(FaultReport(kind=tape[i].kind, detail=tape[i].detail, attempt=tape[i].attempt))
+        faults: list[FaultReport] = []
+        model_calls: list[ModelCall] = []
+        while i < len(tape):
+            event = tape[i]
+            if isinstance(event, Fault) and event.who == "agent":
+                faults.append(FaultReport(kind=event.kind, detail=event.detail, attempt=event.attempt))
+            elif isinstance(event, ModelCalled) and event.role == "agent":
+                model_calls.append(model_call(event, faults))  # the faults before a call are its own
+                faults = []
+            else:
+                break
             i += 1
         calls = []
         while i < len(tape) and isinstance(tape[i], (ToolCalled, ToolReturned)):
@@ -61,12 +70,12 @@ class Tape:
                                       parameters=tape[i].parameters, call_id=tape[i].call_id))
             i += 1
         if calls:
-            return AgentReply(tool_calls=calls, faults=faults)
+            return AgentReply(tool_calls=calls, faults=faults, model_calls=model_calls)
         if i < len(tape) and isinstance(tape[i], AgentTurn):
             turn = tape[i]
             return AgentReply(utterance=turn.utterance, frames=turn.frames, state=turn.state,
                               tagged_slots=turn.tagged_slots, end=turn.end, usage=turn.usage, cost=turn.cost,
-                              action=turn.action, latency=turn.latency, faults=faults)
+                              action=turn.action, latency=turn.latency, faults=faults, model_calls=model_calls)
         if i < len(tape) and isinstance(tape[i], EpisodeEnded) and faults:
             raise AgentFailure(faults[-1].detail, faults)
         return None

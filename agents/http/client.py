@@ -1,6 +1,7 @@
-"""The reliability layer shared by the HTTP agents: timeouts, retries, in-flight bound, size cap, faults.
+"""The reliability layer shared by the HTTP agents and model-driven users: timeouts, retries, in-flight bound,
+size cap, faults.
 
-One ``HttpPool`` belongs to one agent factory, so every episode of a run shares its aiohttp session
+One ``HttpPool`` belongs to one agent (or user) factory, so every episode of a run shares its aiohttp session
 and its in-flight bound. The session is created lazily inside the running event loop (a factory is
 built before any loop runs) and closed by ``aclose()`` at run end. Each failed attempt becomes a
 ``FaultReport``; when the retries are exhausted ``AgentFailure`` carries them all to the engine.
@@ -54,23 +55,24 @@ class _Fatal(Exception):
         self.fault = fault
 
 
-# Agent options every HTTP agent understands (the agents add their own).
+# Options every HTTP agent (and model-driven user) understands (each adds its own).
 COMMON_OPTIONS = frozenset({
     "connect_timeout", "read_timeout", "total_timeout", "retries", "concurrency", "max_response_bytes",
     "verify_tls", "backoff_base", "backoff_max", "retry_after_max", "api_key_env", "price_in_per_1k",
     "price_out_per_1k", "latency"})
 
 
-def check_options(options: Mapping[str, Any], spec: str, extra: frozenset[str]) -> None:
+def check_options(options: Mapping[str, Any], spec: str, extra: frozenset[str], who: str = "agent",
+                  common: frozenset[str] = COMMON_OPTIONS) -> None:
     """A misspelt option would be silently ignored: name it instead, with the ones that exist."""
-    unknown = sorted(set(options) - COMMON_OPTIONS - extra)
+    unknown = sorted(set(options) - common - extra)
     if unknown:
-        known = ", ".join(sorted(COMMON_OPTIONS | extra))
-        raise UserError(f"unknown option {unknown[0]!r} for agent {spec} (known: {known})")
+        known = ", ".join(sorted(common | extra))
+        raise UserError(f"unknown option {unknown[0]!r} for {who} {spec} (known: {known})")
 
 
 def number_option(options: Mapping[str, Any], key: str, default: float, *, integer: bool = False,
-                  minimum: float = 0.0) -> Any:
+                  minimum: float = 0.0, who: str = "agent") -> Any:
     """Option ``key`` as a number >= ``minimum`` (``default`` when absent or empty); a UserError naming it if not."""
     raw = options.get(key)
     if raw is None or raw == "":
@@ -81,11 +83,11 @@ def number_option(options: Mapping[str, Any], key: str, default: float, *, integ
         value = math.nan
     if not (math.isfinite(value) and value >= minimum):
         kind = "an integer" if integer else "a number"
-        raise UserError(f"bad agent option {key}={raw!r}: expected {kind} >= {minimum:g}")
+        raise UserError(f"bad {who} option {key}={raw!r}: expected {kind} >= {minimum:g}")
     return value
 
 
-def _flag(options: Mapping[str, Any], key: str, default: bool) -> bool:
+def _flag(options: Mapping[str, Any], key: str, default: bool, who: str) -> bool:
     raw = options.get(key)
     if raw is None or raw == "":
         return default
@@ -96,7 +98,7 @@ def _flag(options: Mapping[str, Any], key: str, default: bool) -> bool:
         return True
     if text in ("0", "false", "no", "off"):
         return False
-    raise UserError(f"bad agent option {key}={raw!r}: expected true or false")
+    raise UserError(f"bad {who} option {key}={raw!r}: expected true or false")
 
 
 @dataclass(frozen=True)
@@ -115,21 +117,24 @@ class HttpSettings:
     retry_after_max: float = 60.0
 
     @classmethod
-    def from_options(cls, options: Mapping[str, Any]) -> HttpSettings:
-        """Read the settings from an agent's options dict; a bad value is a UserError naming its key."""
+    def from_options(cls, options: Mapping[str, Any], who: str = "agent") -> HttpSettings:
+        """Read the settings from an agent's (or user's) options dict; a bad value is a UserError naming its key."""
         d = cls()
+
+        def number(key: str, default: float, **kw: Any) -> Any:
+            return number_option(options, key, default, who=who, **kw)
+
         return cls(
-            connect_timeout=number_option(options, "connect_timeout", d.connect_timeout, minimum=0.001),
-            read_timeout=number_option(options, "read_timeout", d.read_timeout, minimum=0.001),
-            total_timeout=number_option(options, "total_timeout", d.total_timeout, minimum=0.001),
-            retries=number_option(options, "retries", d.retries, integer=True),
-            concurrency=number_option(options, "concurrency", d.concurrency, integer=True, minimum=1),
-            max_response_bytes=number_option(options, "max_response_bytes", d.max_response_bytes, integer=True,
-                                       minimum=1),
-            verify_tls=_flag(options, "verify_tls", d.verify_tls),
-            backoff_base=number_option(options, "backoff_base", d.backoff_base),
-            backoff_max=number_option(options, "backoff_max", d.backoff_max),
-            retry_after_max=number_option(options, "retry_after_max", d.retry_after_max),
+            connect_timeout=number("connect_timeout", d.connect_timeout, minimum=0.001),
+            read_timeout=number("read_timeout", d.read_timeout, minimum=0.001),
+            total_timeout=number("total_timeout", d.total_timeout, minimum=0.001),
+            retries=number("retries", d.retries, integer=True),
+            concurrency=number("concurrency", d.concurrency, integer=True, minimum=1),
+            max_response_bytes=number("max_response_bytes", d.max_response_bytes, integer=True, minimum=1),
+            verify_tls=_flag(options, "verify_tls", d.verify_tls, who),
+            backoff_base=number("backoff_base", d.backoff_base),
+            backoff_max=number("backoff_max", d.backoff_max),
+            retry_after_max=number("retry_after_max", d.retry_after_max),
         )
 
 
@@ -206,15 +211,17 @@ class Answer(asyncio.Future):
 class _Job:
     """One request to send until it succeeds or fails for good, and the future its result goes to."""
 
-    __slots__ = ("url", "body", "headers", "rng", "decode", "finish", "future", "faults", "attempt")
+    __slots__ = ("url", "body", "headers", "rng", "decode", "finish", "future", "faults", "attempt", "fallback")
 
     def __init__(self, url: str, body: bytes, headers: Mapping[str, str] | None,
                  rng: random.Random | Callable[[], random.Random], decode: Callable[[bytes], Any],
-                 finish: Callable[[Any, list[FaultReport], float], Any] | None, future: Answer) -> None:
+                 finish: Callable[[Any, list[FaultReport], float], Any] | None, future: Answer,
+                 fallback: Callable[[int], bytes | None] | None = None) -> None:
         self.url, self.body, self.headers, self.rng = url, body, headers, rng
         self.decode, self.finish, self.future = decode, finish, future
         self.faults: list[FaultReport] = []
         self.attempt = 0
+        self.fallback = fallback
 
 
 class _Sender:
@@ -245,8 +252,9 @@ class HttpPool:
     """
 
     def __init__(self, settings: HttpSettings, secrets: tuple[str, ...] = (),
-                 headers: Mapping[str, str] | None = None) -> None:
+                 headers: Mapping[str, str] | None = None, who: str = "agent") -> None:
         self.settings = settings
+        self.who = who  # whose requests these are, for failure messages: "agent" or "user"
         self.stats = PoolStats()
         # Headers every request carries: the session's defaults, so aiohttp does not merge them per request.
         self._headers = dict(headers or {})
@@ -329,7 +337,8 @@ class HttpPool:
 
     def submit(self, url: str, body: bytes, headers: Mapping[str, str] | None,
                rng: random.Random | Callable[[], random.Random], decode: Callable[[bytes], T],
-               finish: Callable[[T, list[FaultReport], float], Any] | None = None) -> Answer:
+               finish: Callable[[T, list[FaultReport], float], Any] | None = None,
+               fallback: Callable[[int], bytes | None] | None = None) -> Answer:
         """Queue a POST of ``body``; a future of ``finish(decoded, faults met, seconds of the good attempt)``.
 
         ``headers`` are added to the pool's own (None: the pool's alone, the cheapest). ``decode`` turns
@@ -337,13 +346,15 @@ class HttpPool:
         tuple of its arguments) runs in the sender as soon as the answer decodes. ``rng`` (the agent's
         stream, or a maker of it) draws the backoff jitter, only when a retry is due. The future fails
         with ``AgentFailure`` carrying every fault when the retries are exhausted or a fault is not
-        retryable; cancelling it abandons the request.
+        retryable; cancelling it abandons the request. ``fallback(status)``, asked once when the server
+        refuses the request with a status not worth retrying, may give another body to retry with (a
+        chat request without a field the server does not accept).
         """
         loop = asyncio.get_running_loop()
         if loop is not self._loop or self._session is None:  # only this pool closes its session, and drops it first
             self._open(loop)
         future = Answer(loop=loop)
-        self._enqueue(_Job(url, body, headers, rng, decode, finish, future))
+        self._enqueue(_Job(url, body, headers, rng, decode, finish, future, fallback))
         return future
 
     async def post(self, url: str, body: bytes, headers: Mapping[str, str] | None,
@@ -384,8 +395,8 @@ class HttpPool:
                 value, seconds = await self._attempt(job, me)
             except _Fatal as exc:
                 job.faults.append(exc.fault)
-                log.warning("agent request failed, not retryable", kind=exc.fault.kind, detail=exc.fault.detail)
-                _fail(future, AgentFailure(f"agent request failed: {exc.fault.detail}", job.faults))
+                log.warning(f"{self.who} request failed, not retryable", kind=exc.fault.kind, detail=exc.fault.detail)
+                _fail(future, AgentFailure(f"{self.who} request failed: {exc.fault.detail}", job.faults))
             except _Retryable as exc:
                 self._retry(job, exc)
             else:
@@ -418,12 +429,13 @@ class HttpPool:
         job.faults.append(exc.fault)
         attempts = self.settings.retries + 1
         if job.attempt >= attempts:
-            log.warning("agent request failed, retries exhausted", kind=exc.fault.kind, detail=exc.fault.detail,
+            log.warning(f"{self.who} request failed, retries exhausted", kind=exc.fault.kind, detail=exc.fault.detail,
                         attempts=attempts)
-            _fail(job.future, AgentFailure(f"agent request failed after {attempts} attempts: {exc.fault.detail}",
+            _fail(job.future, AgentFailure(f"{self.who} request failed after {attempts} attempts: {exc.fault.detail}",
                                            job.faults))
             return
-        log.debug("agent request failed, retrying", kind=exc.fault.kind, detail=exc.fault.detail, attempt=job.attempt)
+        log.debug(f"{self.who} request failed, retrying", kind=exc.fault.kind, detail=exc.fault.detail,
+                  attempt=job.attempt)
         if job.future.done():
             return
         if not isinstance(job.rng, random.Random):
@@ -488,6 +500,10 @@ class HttpPool:
                     if resp.status in RETRY_STATUSES:
                         wait = parse_retry_after(resp.headers.get("Retry-After")) if resp.status in (429, 503) else None
                         raise _Retryable(fault, wait or 0.0)
+                    other = job.fallback(resp.status) if job.fallback is not None else None
+                    if other is not None:  # the request refused as it was: once more in the form offered
+                        job.body, job.fallback = other, None
+                        raise _Retryable(fault)
                     raise _Fatal(fault)
                 length = resp.content_length
                 if length is not None and length > cap:

@@ -156,8 +156,11 @@ def protocol_schemas() -> dict[str, dict[str, Any]]:
 
 
 def user_message(turn: UserTurn) -> UserMessage:
-    """A logged user turn as a protocol message: its acts and slot spans, never the user's true state."""
+    """A logged user turn as a protocol message: its acts and slot spans, never the user's true state, and no
+    frames at all when its acts were read from its words (a model-driven user's): the agent reads the words."""
     # the true state is the answer key the agent's tracked state is scored against (dst_metrics)
+    if turn.inferred is True:
+        return UserMessage(turn=turn.turn, utterance=turn.utterance, end=turn.end)
     frames = [Frame(service=f.service, actions=f.actions, slots=f.slots) if f.state is not None else f
               for f in turn.frames]
     return UserMessage(turn=turn.turn, utterance=turn.utterance, frames=frames, end=turn.end)

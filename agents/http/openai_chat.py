@@ -17,12 +17,13 @@ from typing import Any
 
 import msgspec
 
-from ...engine.contracts import AgentReply, EpisodeContext, FaultReport, Observation, ToolCall, ToolResult, ToolSpec
+from ...engine.contracts import AgentReply, EpisodeContext, ModelCall, Observation, ToolCall, ToolResult, ToolSpec
 from ...engine.errors import UserError
 from ...engine.events import Event, UserTurn
-from .client import ProtocolError, number_option
+from .chat import ChatClient, ChatCompletion, canonical_request, decode_completion, sum_calls  # noqa: F401 (re-exported)
+from .client import number_option
 from .factory import HttpAgentFactory
-from .native import (AgentMessage, Message, ToolCallMessage, ToolResultMessage, TurnMeter, UserMessage, event_message,
+from .native import (AgentMessage, Message, ToolCallMessage, ToolResultMessage, UserMessage, event_message,
                      missing_messages)
 
 _NAME_OK = re.compile(r"[^A-Za-z0-9_-]")
@@ -141,68 +142,6 @@ class ChatTranscript:
         return out
 
 
-# -- the response ----------------------------------------------------------------------------------
-
-
-class _Function(msgspec.Struct):
-    name: str
-    arguments: str = "{}"
-
-
-class _ChatToolCall(msgspec.Struct):
-    function: _Function
-    id: str = ""
-    type: str = "function"
-
-
-class _ChatMessage(msgspec.Struct):
-    content: str | None = None
-    tool_calls: list[_ChatToolCall] | None = None
-
-
-class _Choice(msgspec.Struct):
-    message: _ChatMessage
-    finish_reason: str | None = None
-
-
-class _ChatUsage(msgspec.Struct):
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-
-
-class ChatCompletion(msgspec.Struct):
-    """The parts of a chat completion the agent reads (unknown fields are ignored)."""
-
-    choices: list[_Choice]
-    usage: _ChatUsage | None = None
-
-
-_completion_decoder = msgspec.json.Decoder(ChatCompletion)
-
-
-def decode_completion(data: bytes) -> ChatCompletion:
-    """Decode and check a completion; a wrong shape or unusable answer is a ProtocolError."""
-    try:
-        completion = _completion_decoder.decode(data)
-    except msgspec.ValidationError as exc:
-        raise ProtocolError(f"invalid chat completion: {exc}") from None
-    except msgspec.DecodeError as exc:
-        raise ProtocolError(f"chat completion is not JSON: {exc}") from None
-    if not completion.choices:
-        raise ProtocolError("invalid chat completion: no choices")
-    message = completion.choices[0].message
-    for call in message.tool_calls or []:
-        try:
-            args = json.loads(call.function.arguments or "{}")
-        except ValueError:
-            raise ProtocolError(f"tool call {call.function.name!r} has arguments that are not JSON") from None
-        if not isinstance(args, dict):
-            raise ProtocolError(f"tool call {call.function.name!r} has arguments that are not a JSON object")
-    if not message.tool_calls and not (message.content or "").strip():
-        raise ProtocolError("chat completion has neither content nor tool_calls")
-    return completion
-
-
 # -- the agent -------------------------------------------------------------------------------------
 
 
@@ -213,7 +152,7 @@ class OpenAIChatAgent:
 
     def __init__(self, factory: OpenAIAgentFactory) -> None:
         self._f = factory
-        self._meter = TurnMeter(*factory.prices)
+        self._turn_calls: list[ModelCall] = []  # the model calls of the turn so far (their usage is the turn's)
         self._last_calls: list[ToolCall] = []
         self._turn = -1
         self._elapsed = 0.0
@@ -222,15 +161,17 @@ class OpenAIChatAgent:
         """Build the function tools and the system prompt of the episode."""
         self.ctx = ctx
         tools, self._names = function_tools(ctx.tools)
-        # The tools are the same in every request of the episode: encoded once (a few kB for SGD services).
-        self._tools = msgspec.Raw(_encode(tools)) if tools else None
+        # The tools are the same in every request of the episode: encoded once (a few kB for SGD services),
+        # as canonical JSON, since the request they go into is digested as such.
+        self._tools = msgspec.Raw(canonical_request(tools)) if tools else None
         self._chat = ChatTranscript(self._f.system_prompt or system_prompt(ctx.tools))
 
-    def respond(self, obs: Observation) -> asyncio.Future[AgentReply]:
-        """Send the chat so far: a future of the reply (tool_calls go to the engine, content is the turn).
+    def respond(self, obs: Observation) -> AgentReply | asyncio.Future[AgentReply]:
+        """Send the chat so far: the reply, or a future of it (tool_calls go to the engine, content is the turn).
 
-        A future rather than a coroutine, so that the engine waits on the pool's answer directly,
-        without a task per request.
+        The reply itself when the episode's record or the llm cache answers (agents/http/chat.py); else a
+        future rather than a coroutine, so that the engine waits on the pool's answer directly, without a
+        task per request.
         """
         f = self._f
         if obs.user.turn != self._turn:
@@ -245,30 +186,27 @@ class OpenAIChatAgent:
             body["temperature"] = f.temperature
         if f.measured_latency:
             self._sent = time.perf_counter()
-        # msgspec, not json.dumps: ~6 us instead of ~80 us for a late SGD turn's request (tools, 10 result rows).
-        return f.pool.submit(f.url, _encode(body), None, self.ctx.rng, decode_completion, self._reply)
+        return f.chat.call(body, self.ctx.rng, self.ctx.recorded, self._reply)
 
-    def _reply(self, completion: ChatCompletion, faults: list[FaultReport], seconds: float) -> AgentReply:
-        """Turn a decoded completion into the agent's reply (run by the pool when the answer arrives)."""
+    def _reply(self, call: ModelCall) -> AgentReply:
+        """Turn the model's answer into the agent's reply (run by the pool when the answer arrives)."""
         f = self._f
         if f.measured_latency:
             self._elapsed += time.perf_counter() - self._sent
-        if completion.usage is not None:
-            self._meter.add(completion.usage.prompt_tokens, completion.usage.completion_tokens)
-        message = completion.choices[0].message
-        if message.tool_calls:
+        self._turn_calls.append(call)
+        if call.tool_calls:
             calls = []
-            for i, call in enumerate(message.tool_calls):
-                spec = self._names.get(call.function.name)
-                service, method = ((spec.service, spec.method) if spec is not None
-                                   else call.function.name.partition("__")[::2])
-                calls.append(ToolCall(service=service, method=method, call_id=call.id or f"call_{i}",
-                                      parameters=json.loads(call.function.arguments or "{}")))
+            for i, c in enumerate(call.tool_calls):
+                spec = self._names.get(c.name)
+                service, method = (spec.service, spec.method) if spec is not None else c.name.partition("__")[::2]
+                calls.append(ToolCall(service=service, method=method, call_id=c.id or f"call_{i}",
+                                      parameters=json.loads(c.arguments or "{}")))
             self._last_calls = calls
-            return AgentReply(tool_calls=calls, faults=faults)
+            return AgentReply(tool_calls=calls, model_calls=[call])
         self._last_calls = []
-        usage, cost = self._meter.take()
-        return AgentReply(utterance=(message.content or "").strip(), usage=usage, cost=cost, faults=faults,
+        usage, cost = sum_calls(self._turn_calls)
+        self._turn_calls = []
+        return AgentReply(utterance=(call.content or "").strip(), usage=usage, cost=cost, model_calls=[call],
                           latency=self._elapsed if f.measured_latency else None)
 
 
@@ -288,6 +226,14 @@ class OpenAIAgentFactory(HttpAgentFactory):
     usage = "openai:http://HOST:PORT (the API base URL)"
     own_options = frozenset({"model", "temperature", "system_prompt"})
     agent = OpenAIChatAgent
+
+    def __init__(self, arg: str | None, scenarios: Any = None, options: dict[str, Any] | None = None) -> None:
+        super().__init__(arg, scenarios, options)
+        self.chat = ChatClient(self.pool, self.url, self.model, self.prices)
+
+    def use_llm_cache(self, path: str) -> None:
+        """``--llm-cache DIR``: answer from (and fill) the cache of model answers by request digest."""
+        self.chat.use_cache(path)
 
     def read_options(self, options: dict[str, Any]) -> None:
         """Options model (required), temperature (left to the server when not given) and system_prompt."""

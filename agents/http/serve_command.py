@@ -17,12 +17,14 @@ def configure(p: argparse.ArgumentParser) -> None:
                      "http://HOST:PORT' once bound.")
     p.add_argument("--agent", required=True, help="built-in agent spec, e.g. schema or scripted")
     p.add_argument("--protocol", choices=["native", "openai"], default="native",
-                   help="native: dialogsim/1 at POST /; openai: POST /v1/chat/completions")
+                   help="native: dialogsim/1 at POST /; openai: POST /v1/chat/completions (streaming too) and "
+                        "GET /v1/models")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1, loopback only)")
     p.add_argument("--port", type=int, default=8080, help="port (0 picks a free one; default 8080)")
     p.add_argument("--scenarios", help="scenario set the agent's factory is built with (default: builtin)")
     p.add_argument("--agent-opt", action="append", default=[], metavar="KEY=VALUE", help="agent option")
     p.add_argument("--max-body", type=int, default=4 * 1024 * 1024, help="request body limit in bytes")
+    p.add_argument("--model", help="the model name GET /v1/models lists (default: the agent spec)")
     p.add_argument("--max-sessions", type=int, default=1024,
                    help="per-episode agents kept in memory; others are rebuilt by replay (default 1024)")
     p.set_defaults(handler=handle)
@@ -40,7 +42,8 @@ def handle(args: argparse.Namespace) -> int:
         raise UserError("--max-body must be >= 1024 and --max-sessions >= 1")
     scenarios = load_scenarios(args.scenarios)
     make_agent = agent_factory(args.agent, scenarios, parse_options(args.agent_opt, "--agent-opt"))
-    app = make_app(make_agent, args.protocol, max_body=args.max_body, max_sessions=args.max_sessions)
+    app = make_app(make_agent, args.protocol, max_body=args.max_body, max_sessions=args.max_sessions,
+                   model=args.model or args.agent)
 
     def announce(line: str) -> None:
         print(line, flush=True)

@@ -15,7 +15,9 @@ import asyncio
 import hashlib
 import inspect
 import json
+import re
 import ssl
+import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -233,8 +235,9 @@ def _openai_conversation(body: dict[str, Any]) -> tuple[list[Message], list[Tool
 SILENT_CONTENT = "..."  # the content of an assistant turn for an agent reply with neither words nor tool calls
 
 
-def openai_handler(host: AgentHost) -> Callable[[web.Request], Any]:
-    """The POST handler of /v1/chat/completions."""
+def openai_handler(host: AgentHost, served: str = "dialogsim") -> Callable[[web.Request], Any]:
+    """The POST handler of /v1/chat/completions: a completion, or its chunks as server-sent events when the
+    request says ``"stream": true``."""
 
     async def handle(request: web.Request) -> web.StreamResponse:
         try:
@@ -269,31 +272,88 @@ def openai_handler(host: AgentHost) -> Callable[[web.Request], Any]:
                               "arguments": json.dumps(c.parameters, sort_keys=True)}}
                 for i, c in enumerate(reply.tool_calls)]
         usage = reply.usage
-        return web.json_response({
-            "id": f"chatcmpl-{episode_id}-{len(messages)}", "object": "chat.completion",
-            "model": str(body.get("model") or "dialogsim"),
-            "choices": [{"index": 0, "message": message,
-                         "finish_reason": "tool_calls" if reply.tool_calls else "stop"}],
-            "usage": {"prompt_tokens": usage.input_tokens if usage else 0,
-                      "completion_tokens": usage.output_tokens if usage else 0,
-                      "total_tokens": (usage.input_tokens + usage.output_tokens) if usage else 0}})
+        head = {"id": f"chatcmpl-{episode_id}-{len(messages)}", "created": int(time.time()),
+                "model": str(body.get("model") or served)}
+        finish = "tool_calls" if reply.tool_calls else "stop"
+        counts = {"prompt_tokens": usage.input_tokens if usage else 0,
+                  "completion_tokens": usage.output_tokens if usage else 0,
+                  "total_tokens": (usage.input_tokens + usage.output_tokens) if usage else 0}
+        if body.get("stream") is True:
+            options = body.get("stream_options")
+            with_usage = isinstance(options, dict) and options.get("include_usage") is True
+            return await stream_completion(request, head, message, finish, counts if with_usage else None)
+        return web.json_response({**head, "object": "chat.completion",
+                                  "choices": [{"index": 0, "message": message, "finish_reason": finish}],
+                                  "usage": counts})
 
     return handle
+
+
+_PIECE = re.compile(r"\s*\S+|\s+")  # a word with the space before it: how a model streams text
+
+
+def completion_chunks(head: dict[str, Any], message: dict[str, Any], finish: str,
+                      usage: dict[str, int] | None) -> list[dict[str, Any]]:
+    """A completion as the chunks of a stream: the role, the content word by word, each tool call (its name,
+    then its arguments), the finish reason, and the usage when asked for (``stream_options.include_usage``)."""
+    head = {**head, "object": "chat.completion.chunk"}
+
+    def chunk(delta: dict[str, Any], reason: str | None = None) -> dict[str, Any]:
+        out = {**head, "choices": [{"index": 0, "delta": delta, "finish_reason": reason}]}
+        if usage is not None:
+            out["usage"] = None
+        return out
+
+    chunks = [chunk({"role": "assistant", "content": ""})]
+    chunks += [chunk({"content": piece}) for piece in _PIECE.findall(message.get("content") or "")]
+    for i, call in enumerate(message.get("tool_calls") or ()):
+        chunks.append(chunk({"tool_calls": [{"index": i, "id": call["id"], "type": "function",
+                                             "function": {"name": call["function"]["name"], "arguments": ""}}]}))
+        chunks.append(chunk({"tool_calls": [{"index": i, "function": {"arguments": call["function"]["arguments"]}}]}))
+    chunks.append(chunk({}, finish))
+    if usage is not None:
+        chunks.append({**head, "choices": [], "usage": usage})
+    return chunks
+
+
+async def stream_completion(request: web.Request, head: dict[str, Any], message: dict[str, Any], finish: str,
+                            usage: dict[str, int] | None) -> web.StreamResponse:
+    """Send a completion as server-sent events in the chat-completion chunk format, ending with [DONE]."""
+    resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
+    await resp.prepare(request)
+    for chunk in completion_chunks(head, message, finish, usage):
+        await resp.write(b"data: " + _encoder.encode(chunk) + b"\n\n")
+    await resp.write(b"data: [DONE]\n\n")
+    await resp.write_eof()
+    return resp
 
 
 HOST = web.AppKey("host", AgentHost)
 
 
 def make_app(make_agent: Callable[[], Any], protocol: str = "native", *, max_body: int = MAX_BODY,
-             max_sessions: int = 1024, path: str = "/") -> web.Application:
-    """An aiohttp app serving ``make_agent``'s agents: dialogsim/1 at ``path`` or chat completions."""
+             max_sessions: int = 1024, path: str = "/", model: str = "dialogsim") -> web.Application:
+    """An aiohttp app serving ``make_agent``'s agents: dialogsim/1 at ``path``, or chat completions with the
+    model list (``GET /v1/models`` names ``model``; requests may name any model)."""
     host = AgentHost(make_agent, max_sessions=max_sessions)
     app = web.Application(client_max_size=max_body)
     app[HOST] = host
     if protocol == "native":
         app.router.add_post(path, native_handler(host))
     elif protocol == "openai":
-        app.router.add_post("/v1/chat/completions", openai_handler(host))
+        app.router.add_post("/v1/chat/completions", openai_handler(host, model))
+        entry = {"id": model, "object": "model", "created": 0, "owned_by": "dialogsim"}
+
+        async def models(_: web.Request) -> web.Response:
+            return web.json_response({"object": "list", "data": [entry]})
+
+        async def one_model(request: web.Request) -> web.Response:
+            if request.match_info["model"] != model:
+                return _error(404, f"no model {request.match_info['model']!r} (this server has {model!r})")
+            return web.json_response(entry)
+
+        app.router.add_get("/v1/models", models)
+        app.router.add_get("/v1/models/{model}", one_model)
     else:
         raise ValueError(f"unknown protocol {protocol!r}")
 

@@ -148,7 +148,8 @@ def faulty_app(make_agent: Callable[[], Any], protocol: str = "native", *,
         if fault is None:
             return await handler(request)
         injected.append((key, attempt, fault))
-        return await _inject(request, fault, handler, hang_seconds, drip_chunks, drip_delay, oversize, retry_after)
+        return await inject_fault(request, fault, handler, hang_seconds, drip_chunks, drip_delay, oversize,
+                                  retry_after)
 
     app = web.Application(client_max_size=inner._client_max_size)
     app[INJECTED] = injected
@@ -158,8 +159,10 @@ def faulty_app(make_agent: Callable[[], Any], protocol: str = "native", *,
     return app
 
 
-async def _inject(request: web.Request, fault: str, handler: Callable[[web.Request], Any], hang: float,
-                  chunks: int, delay: float, oversize: int, retry_after: str) -> web.StreamResponse:
+async def inject_fault(request: web.Request, fault: str, handler: Callable[[web.Request], Any], hang: float = 3.0,
+                       chunks: int = 30, delay: float = 0.1, oversize: int = 256 * 1024,
+                       retry_after: str = "0") -> web.StreamResponse:
+    """Answer ``request`` with ``fault`` (one of FAULTS) instead of, or around, ``handler``'s answer."""
     try:
         return await _inject_fault(request, fault, handler, hang, chunks, delay, oversize, retry_after)
     except ConnectionError:  # the client gave up first (its timeout or size cap): that is the point

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 from typing import Any
 
 from ..errors import UserError
@@ -19,6 +20,8 @@ _FLAG_FIELDS = ("scenarios", "user", "agent", "episodes", "seed", "concurrency",
 _AGENT_FLAGS = {"model": "--agent-model", "concurrency": "--agent-concurrency", "total_timeout": "--agent-timeout",
                 "retries": "--agent-retries", "api_key_env": "--api-key-env", "price_in_per_1k": "--price",
                 "price_out_per_1k": "--price"}
+_USER_FLAGS = {"model": "--user-model", "api_key_env": "--user-api-key-env", "price_in_per_1k": "--user-price",
+               "price_out_per_1k": "--user-price"}
 
 
 def _seed(text: str) -> int:
@@ -58,6 +61,14 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--agent-retries", type=int, help="retries of a failed agent request")
     p.add_argument("--api-key-env", help="environment variable holding the agent's API key (never logged)")
     p.add_argument("--price", metavar="IN,OUT", help="price per 1K input and output tokens, for cost")
+    p.add_argument("--user-model", help="model name for llm: users")
+    p.add_argument("--user-api-key-env", help="environment variable holding the user's API key (never logged)")
+    p.add_argument("--user-price", metavar="IN,OUT", help="the user model's price per 1K input and output tokens")
+    p.add_argument("--max-cost", type=float, metavar="USD",
+                   help="stop starting episodes once the run's model cost (every role) reaches USD; with --resume, "
+                        "a new budget for the rest of the run")
+    p.add_argument("--llm-cache", metavar="DIR",
+                   help="reuse model answers across runs by request digest (a directory; off by default)")
     p.add_argument("--no-progress", action="store_true", help="no progress display")
     p.set_defaults(handler=handle)
 
@@ -72,16 +83,29 @@ def _given(args: argparse.Namespace) -> dict[str, Any]:
         if value is not None:
             agent_options[key] = value
     if args.price:
-        try:
-            price_in, price_out = (float(x) for x in args.price.split(","))
-        except ValueError:
-            raise UserError(f"--price {args.price!r}: expected IN,OUT prices per 1K tokens") from None
-        agent_options.update(price_in_per_1k=price_in, price_out_per_1k=price_out)
+        agent_options.update(_prices(args.price, "--price"))
     if agent_options:
         given["agent_options"] = agent_options
-    if args.user_opt:
-        given["user_options"] = parse_options(args.user_opt, "--user-opt")
+    user_options: dict[str, Any] = parse_options(args.user_opt, "--user-opt")
+    for key, value in (("model", args.user_model), ("api_key_env", args.user_api_key_env)):
+        if value is not None:
+            user_options[key] = value
+    if args.user_price:
+        user_options.update(_prices(args.user_price, "--user-price"))
+    if user_options:
+        given["user_options"] = user_options
+    if args.llm_cache is not None:
+        given["llm_cache"] = str(Path(args.llm_cache).resolve())  # absolute, so that --resume works from anywhere
     return given
+
+
+def _prices(text: str, flag: str) -> dict[str, float]:
+    """``IN,OUT`` USD per 1K tokens as the price options of a model-calling participant."""
+    try:
+        price_in, price_out = (float(x) for x in text.split(","))
+    except ValueError:
+        raise UserError(f"{flag} {text!r}: expected IN,OUT prices per 1K tokens") from None
+    return {"price_in_per_1k": price_in, "price_out_per_1k": price_out}
 
 
 def _check_same_as_recorded(run_dir: str, given: dict[str, Any]) -> None:
@@ -99,7 +123,7 @@ def _check_same_as_recorded(run_dir: str, given: dict[str, Any]) -> None:
             for name, option in value.items():
                 if options.get(name) != option:
                     flag = _AGENT_FLAGS.get(name, f"--agent-opt {name}") if key == "agent_options" else \
-                        f"--user-opt {name}"
+                        _USER_FLAGS.get(name, f"--user-opt {name}")
                     differences.append((flag, option, options.get(name)))
         elif recorded.get(key) != value:
             differences.append(("--" + key.replace("_", "-"), value, recorded.get(key)))
@@ -116,14 +140,21 @@ def handle(args: argparse.Namespace) -> int:
         if args.out:
             raise UserError("give either --out (a new run) or --resume RUN_DIR, not both")
         _check_same_as_recorded(args.resume, given)
-        result = resume_run(args.resume, progress=not args.no_progress)
+        result = resume_run(args.resume, progress=not args.no_progress, max_cost=args.max_cost)
     else:
         if not args.out:
             raise UserError("--out RUN_DIR is required (or --resume RUN_DIR)")
+        if args.max_cost is not None:
+            given["max_cost"] = args.max_cost
         result = start_run(args.out, RunConfig(**given), progress=not args.no_progress)
     if result.status == "interrupted":
         print(f"interrupted: {result.run_dir} (finish it with: dialogsim run --resume {result.run_dir})")
         return 130
     summary = ", ".join(f"{k} {v}" for k, v in sorted(result.counts.items()) if k != "episodes")
     print(f"{result.status}: {result.counts.get('episodes', 0)} episodes in {result.run_dir} ({summary})")
+    for role, u in sorted(result.usage.items()):
+        cost = "" if u.cost is None else f", {u.cost:.4f} USD"
+        print(f"  {role}: {u.calls} model calls, {u.input_tokens} input and {u.output_tokens} output tokens{cost}")
+    if result.reason:
+        print(f"  {result.reason}")
     return 0

@@ -19,7 +19,7 @@ from ...engine.registry import names, parse_spec
 from .golden import convert_item, read_json
 from .scenario_set import NoWorld
 
-# users that follow a starting prompt and a plan with a model (issue #20 adds one)
+# users that follow a starting prompt and a plan with a model (users/llm.py)
 MODEL_USERS = ("llm",)
 
 

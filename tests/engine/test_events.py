@@ -9,8 +9,8 @@ import pytest
 
 from dialogsim.engine import codec
 from dialogsim.engine.events import (EVENT_TYPES, event_type, Act, AgentTurn, DialogueState, EpisodeEnded, EpisodeRef,
-                                     EpisodeStarted, Fault, Frame, OpaqueEvent, RunEnded, RunStarted, SlotSpan,
-                                     ToolCalled, ToolReturned, Usage, UserTurn)
+                                     EpisodeStarted, Fault, Frame, ModelCalled, ModelToolCall, OpaqueEvent, RoleUsage,
+                                     RunEnded, RunStarted, SlotSpan, ToolCalled, ToolReturned, Usage, UserTurn)
 
 ENV = dict(run="r", ep="e1", seq=0, t=1.5, wall=123)
 
@@ -25,11 +25,25 @@ SAMPLES = [
         state=DialogueState(active_intent="FindRestaurants", slot_values={"city": ["San Jose"]}))]),
     AgentTurn(**ENV, turn=1, utterance="ok", state={"Restaurants_2": DialogueState()}, usage=Usage(input_tokens=3),
               cost=0.1, action="MID"),
+    ModelCalled(**ENV, role="user", model="m", digest="sha256:00", content=None, finish_reason="tool_calls",
+                tool_calls=[ModelToolCall(id="c1", name="S__M", arguments='{"x": "1"}')], usage=Usage(input_tokens=9),
+                cost=0.001, attempt=2),
     ToolCalled(**ENV, call_id="c", service="S", method="M", parameters={"x": "1"}),
     ToolReturned(**ENV, call_id="c", results=[{"x": "1"}]),
     Fault(**ENV, who="agent", kind="timeout", detail="read timeout", attempt=2),
     EpisodeEnded(**ENV, outcome="success", turns=4, reward={"turns": 4}),
+    EpisodeEnded(**ENV, outcome="success", turns=4, usage={"user": RoleUsage(calls=2, input_tokens=5, cost=0.5)}),
+    UserTurn(**ENV, turn=2, utterance="hi", inferred=True, usage=Usage(output_tokens=2), cost=0.25),
+    RunEnded(**ENV, status="stopped", reason="budget spent", usage={"agent": RoleUsage(calls=1)}),
 ]
+
+
+def test_unset_extras_stay_out_of_the_encoding():
+    """A user turn, episode end and run end without model usage encode as before the fields existed."""
+    for event, extras in ((UserTurn(**ENV, turn=0, utterance="x"), {"inferred", "usage", "cost"}),
+                          (EpisodeEnded(**ENV, outcome="success"), {"usage"}),
+                          (RunEnded(**ENV, status="completed"), {"usage", "reason"})):
+        assert not extras & set(json.loads(codec.encode(event)))
 
 
 def test_catalogue_is_complete():

@@ -33,6 +33,24 @@ def test_summary_figures():
     assert s["intents"] == {"FindRestaurants": 1.0}
 
 
+def test_model_usage_per_role_is_summed_and_shown():
+    """Episodes' usage per role adds up; the table shows calls, tokens and cost per role and per dialogue."""
+    from dialogsim.engine.events import EpisodeEnded, RoleUsage
+    from dialogsim.engine.stats import render
+
+    env = dict(run="r", seq=0, t=0.0, wall=0)
+    episodes = [[EpisodeEnded(**env, ep=f"e{i}", outcome="success", usage={
+        "user": RoleUsage(calls=2, input_tokens=100, output_tokens=10, cost=0.25),
+        "agent": RoleUsage(calls=0, input_tokens=5, output_tokens=5)})] for i in range(2)]
+    s = summarize(map(from_episode, episodes + [[EpisodeEnded(**env, ep="e9", outcome="failure")]]))
+    assert s["usage"]["user"] == {"calls": 4, "cached": 0, "input_tokens": 200, "output_tokens": 20, "cost": 0.5,
+                                  "cost_per_dialogue": pytest.approx(0.5 / 3)}
+    assert s["usage"]["agent"]["cost"] is None and s["usage"]["agent"]["input_tokens"] == 10
+    table = render(s)
+    assert "model usage" in table and "  user" in table and "0.5000" in table
+    assert "model usage" not in render(summarize([_dialogue("success", ["a"])]))
+
+
 def test_total_variation_and_comparison():
     """TV distance is 0 for equal and 1 for disjoint distributions; the turn ratio is run/real."""
     assert total_variation({"a": 1.0}, {"a": 1.0}) == 0.0

@@ -184,3 +184,34 @@ def test_the_incremental_chat_transcript_equals_the_chat_built_from_scratch():
         want = chat_messages("sys", history_messages(history, user, res, last))
         assert got == want
         assert t.chat == chat_messages("sys", history_messages(history, user, [], []))[: len(t.chat)]
+
+
+@pytest.mark.slow
+def test_a_resumed_openai_agent_is_never_asked_again_for_a_logged_call(tmp_path):
+    """Each request is a model_called event before its step; a log cut right after a call whose tool calls were
+    not logged yet is resumed with that call answered from the log, and nothing logged is requested again."""
+    from dialogsim.engine.log import RunDir, read_events
+    from dialogsim.engine.session import RunConfig, resume_run, start_run
+    from dialogsim.users.testing import request_digests
+
+    seen: list[dict] = []
+    with serve_in_thread(_fake_llm(seen)) as url:
+        config = RunConfig(scenarios="builtin", agent=f"openai:{url}", episodes=4, durability="none",
+                           agent_options={"model": "tiny", "price_in_per_1k": "1"})
+        start_run(tmp_path / "run", config, progress=False)
+        events = list(read_events(RunDir.open(tmp_path / "run")))
+        calls = [e for e in events if e.__class__.__name__ == "ModelCalled"]
+        assert len(calls) == len(seen) and {c.role for c in calls} == {"agent"}
+        assert sorted(request_digests([s["body"] for s in seen])) == sorted(c.digest for c in calls)
+        shard = next((tmp_path / "run" / "events").glob("*.jsonl"))
+        lines = shard.read_bytes().splitlines(keepends=True)
+        cut = next(i for i, line in enumerate(lines) if b'"model_called"' in line and b'"tool_calls":[{' in line
+                   and b'"e000003"' in line)
+        shard.write_bytes(b"".join(lines[:cut + 1]))  # the call logged, its tool call not
+        logged = {json.loads(line)["digest"] for line in lines[:cut + 1] if b'"model_called"' in line}
+        before = len(seen)
+        result = resume_run(tmp_path / "run", progress=False)
+    assert result.status == "completed" and result.counts["success"] == 4
+    assert not set(request_digests([s["body"] for s in seen[before:]])) & logged
+    assert not [e for e in read_events(RunDir.open(tmp_path / "run"), types={"fault"})]
+    assert result.usage["agent"].calls == len(calls) and result.usage["agent"].cost > 0

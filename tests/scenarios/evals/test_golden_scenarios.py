@@ -135,17 +135,19 @@ EVALSET = {"eval_set_id": "set1", "name": "set1", "eval_cases": [
 
 
 def test_an_evalset_loads_but_a_run_needs_a_model_driven_user(tmp_path, run_cli, one_line_error):
-    """Conversation scenarios load as scenarios; without a model-driven user the run refuses in one line."""
+    """Conversation scenarios load as scenarios; a user that is not model-driven, or the llm user without its
+    endpoint, is refused in one line."""
     path = tmp_path / "cases.evalset.json"
     path.write_text(json.dumps(EVALSET))
     scenarios = load_scenarios(f"evalset:{path}")
     scenario, _ = scenarios.draw(0, 0)
     assert scenario.id == "c1" and scenario.data["user"]["starting_prompt"] == "I need soil."
     assert "user" not in scenario.agent_view().data
-    for user in ([], ["--user", "scripted"]):
+    for user, fragments in (([], ["bad user spec 'llm:'", "llm:http://HOST:PORT"]),
+                            (["--user", "scripted"], [str(path), "model-driven user", "pass --user llm:..."])):
         status, _, err = run_cli("run", "--scenarios", f"evalset:{path}", *user, "--out", tmp_path / "run",
                                  "--no-progress")
-        one_line_error(status, err, str(path), "model-driven user", "issue #20 adds --user llm:")
+        one_line_error(status, err, *fragments)
         assert not (tmp_path / "run").exists()
 
 

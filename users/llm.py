@@ -1,0 +1,138 @@
+"""The model-driven user (``--user llm:URL``): a chat model behind any OpenAI-compatible endpoint plays the user.
+
+Its system prompt is rendered from the scenario (``users/llm_prompt.py``: an SGD goal in plain words, an
+evalset case's plan, a task's query, a persona). In the chat the model writes the user's turns as the
+assistant and the agent's turns reach it as user messages; it opens the dialogue (asked for its first message),
+except in evalset cases, whose starting prompt is said verbatim. A message containing the stop marker
+(``###STOP###`` unless option ``stop`` says otherwise) ends the dialogue, the marker removed; without it the
+dialogue goes on until the turn limit. Its turns are annotated by ``users/llm_reading.py`` (acts and spans read
+from its words and marked inferred, the true state from its goal) when the scenario is an SGD goal.
+
+Requests go through ``agents/http/chat.py`` with the live agent's client (timeouts, retries with Retry-After,
+the bound on requests in flight, the size cap), so every failed attempt is a ``fault`` with ``who=user``
+and every answer a ``model_called`` event before the turn. A resumed episode's logged calls are answered from
+its log, never from the model: re-running the user against the logged prefix costs no request, rebuilds its
+conversation and checks its turns, which is why it declares ``deterministic = True`` (it is re-run, not read
+back); past the log it asks the model, and is as deterministic as the model is.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..agents.http.chat import ChatClient, decode_content
+from ..agents.http.client import COMMON_OPTIONS, number_option
+from ..agents.http.factory import HttpAgentFactory
+from ..agents.http.openai_chat import chat_url
+from ..engine.contracts import EpisodeContext, ModelCall, UserReply, Verdict
+from ..engine.errors import UserError
+from ..engine.events import AgentTurn
+from .llm_prompt import STOP, opening_request, render
+from .llm_reading import TurnReader
+
+
+class LlmUser:
+    """One episode of a model playing the user (see the module docstring)."""
+
+    deterministic = True  # re-run against a logged prefix: its logged model calls are answered from the log
+
+    def __init__(self, factory: LlmUserFactory) -> None:
+        self._f = factory
+
+    def start(self, ctx: EpisodeContext) -> None:
+        """Render the episode's system prompt and get ready to read its turns."""
+        f = self._f
+        self.ctx = ctx
+        system, self.opening = render(ctx.scenario, f.stop)
+        self.messages: list[dict[str, str]] = [{"role": "system", "content": system},
+                                               {"role": "user", "content": opening_request()}]
+        data = ctx.scenario.data
+        goal = data.get("goal")
+        self.reader = (TurnReader(f.pack, goal, data.get("schemas") or {})
+                       if f.pack is not None and isinstance(goal, dict) and goal.get("subgoals") else None)
+        self.stopped = False
+        self.agent_ended = False
+        self.turns = 0
+        self._heard: AgentTurn | None = None
+
+    def respond(self, agent: AgentTurn | None) -> Any:
+        """The next user turn: a reply when the log or the llm cache answers, else a future of one."""
+        f = self._f
+        self._heard = agent
+        if agent is not None:
+            self.agent_ended = self.agent_ended or agent.end
+            self.messages.append({"role": "user", "content": agent.utterance})
+        elif self.opening is not None:  # an evalset's starting prompt, said as it is
+            self.messages.append({"role": "assistant", "content": self.opening})
+            return self._turn(self.opening, [])
+        body: dict[str, Any] = {"model": f.model, "messages": self.messages, "user": self.ctx.episode_id}
+        if f.temperature is not None:
+            body["temperature"] = f.temperature
+        if f.max_tokens is not None:
+            body["max_tokens"] = f.max_tokens
+        return f.chat.call(body, self.ctx.rng, self.ctx.recorded, self._answer)
+
+    def _answer(self, call: ModelCall) -> UserReply:
+        """The user's turn from the model's answer (run by the pool as soon as it arrives)."""
+        text = call.content or ""
+        self.messages.append({"role": "assistant", "content": text})
+        return self._turn(text, [call])
+
+    def _turn(self, text: str, calls: list[ModelCall]) -> UserReply:
+        stop = self._f.stop
+        end = stop in text
+        utterance = " ".join(text.replace(stop, " ").split()) if end else text.strip()
+        self.stopped = self.stopped or end
+        self.turns += 1
+        frames = self.reader.read(utterance, self._heard) if self.reader is not None else []
+        usage = calls[0].usage if calls else None
+        cost = calls[0].cost if calls else None
+        return UserReply(utterance=utterance, frames=frames, end=end, model_calls=calls, usage=usage, cost=cost,
+                         inferred=self.reader is not None)
+
+    def verdict(self) -> Verdict:
+        """Success when the user ended the dialogue with the stop marker (its claims go to the scenario's
+        judge); a failure when the agent ended it first."""
+        reward = {"turns": self.turns}
+        if self.stopped:
+            claims = self.reader.claims() if self.reader is not None else []
+            return Verdict(outcome="success", reason="the user ended the dialogue", reward=reward, claims=claims)
+        if self.agent_ended:
+            return Verdict(outcome="failure", reason="the agent ended the dialogue before the user was done",
+                           reward=reward)
+        return Verdict(outcome="failure", reason="the user did not end the dialogue", reward=reward)
+
+
+class LlmUserFactory(HttpAgentFactory):
+    """``--user llm:URL``: one ChatClient (and HTTP pool) shared by the run's episodes; a user per episode."""
+
+    role = "user"
+    protocol = "llm"
+    usage = "llm:http://HOST:PORT (an OpenAI-compatible API base URL)"
+    own_options = frozenset({"model", "temperature", "max_tokens", "stop"})
+    common_options = COMMON_OPTIONS - {"latency"}  # a user's think time is the engine's model
+    agent = LlmUser
+
+    def __init__(self, arg: str | None, scenarios: Any = None, options: dict[str, Any] | None = None) -> None:
+        super().__init__(arg, scenarios, options)
+        self.pack = getattr(scenarios, "pack", None)  # SGD scenarios: annotate the user's turns
+        self.chat = ChatClient(self.pool, self.url, self.model, self.prices, decode_content)
+
+    def read_options(self, options: dict[str, Any]) -> None:
+        """Options model (required), temperature and max_tokens (left to the server when not given), stop."""
+        self.model = str(options.get("model") or "")
+        if not self.model:
+            raise UserError("the llm user needs a model: pass --user-model NAME (user option model=NAME)")
+        temperature = number_option(options, "temperature", -1.0, who="user")
+        self.temperature = None if temperature < 0 else temperature
+        max_tokens = number_option(options, "max_tokens", 0, integer=True, who="user")
+        self.max_tokens = max_tokens or None
+        self.stop = str(options.get("stop") or STOP)
+
+    def endpoint(self, url: str) -> str:
+        """The completions URL of the API base URL given."""
+        return chat_url(url)
+
+    def use_llm_cache(self, path: str) -> None:
+        """``--llm-cache DIR``: answer from (and fill) the cache of model answers by request digest."""
+        self.chat.use_cache(path)
