@@ -3,7 +3,7 @@
 Output: ``golden.json`` (``{"golden_questions": [...]}``, questions in projection order). A question is
 the episode's user utterances, the tool calls it made (with their arguments), the agent trajectory and the
 final dialogue state; its metadata names the run, episode and outcome, and for SGD-world episodes carries
-what rebuilds the world (``metadata.sgd``: scenario spec, pack id, the episode's seed and the user's goal),
+what rebuilds the world (``metadata.sgd``: scenario spec, pack id, the episode's seed and the user's goal, and the user's acts when the agent heard acts rather than words),
 so that ``--scenarios golden:golden.json`` gives an agent the same services, tools and results.
 """
 
@@ -37,8 +37,19 @@ def sgd_origin(record: EpisodeRecord, facts: RunFacts) -> dict[str, Any] | None:
     if not isinstance(goal, dict) or not isinstance(pack, str):
         return None
     world = data.get("sgd_world") if isinstance(data.get("sgd_world"), dict) else {}
-    return {"scenarios": world.get("scenarios") or facts.scenarios or "sgd", "pack": pack,
-            "seed": world.get("seed", record.seed), "goal": goal}
+    origin = {"scenarios": world.get("scenarios") or facts.scenarios or "sgd", "pack": pack,
+              "seed": world.get("seed", record.seed), "goal": goal}
+    if heard_acts(record):
+        origin["user_frames"] = [msgspec.to_builtins(x.user.frames) for x in record.exchanges]
+    return origin
+
+
+def heard_acts(record: EpisodeRecord) -> bool:
+    """Whether the episode's agent read the user's acts rather than the text (it tagged no slot in any turn):
+    then the question keeps the acts, so that an agent run on it again hears what the original one heard."""
+    turns = record.agent_turns()
+    return bool(turns) and all(t.tagged_slots is None for t in turns) and \
+        any(x.user.frames for x in record.exchanges)
 
 
 def episode_question(record: EpisodeRecord, facts: RunFacts) -> GoldenQuestion:

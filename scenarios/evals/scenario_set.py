@@ -19,7 +19,7 @@ from typing import Any
 
 import msgspec
 
-from ...engine.contracts import Call, Claim, Scenario, ToolSpec
+from ...engine.contracts import Claim, Scenario, ToolSpec
 from ...engine.errors import UserError
 from ...engine.registry import load_scenarios
 from ...engine.seeding import stream
@@ -34,6 +34,7 @@ class SgdOrigin(msgspec.Struct, kw_only=True):
     pack: str
     seed: int
     goal: dict[str, Any]
+    user_frames: list[list[dict[str, Any]]] = []  # the annotations of each user input, as the episode logged them
 
 
 class NoWorld:
@@ -78,9 +79,19 @@ class GoldenScenarios:
         data: dict[str, Any] = {"user": list(q.user_inputs), "golden": golden}
         raw_origin = q.metadata.get("sgd")
         if raw_origin is not None:
-            data.update(self._sgd_data(q, convert_item(raw_origin, SgdOrigin,
-                                                       f"{self.path}: question {q.id!r}: metadata.sgd")))
+            origin = convert_item(raw_origin, SgdOrigin, f"{self.path}: question {q.id!r}: metadata.sgd")
+            data.update(self._sgd_data(q, origin))
+            if origin.user_frames:
+                data["user"] = self._annotated(q, origin.user_frames)
         return Scenario(id=q.id, kind="golden", data=data)
+
+    def _annotated(self, q: GoldenQuestion, frames: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
+        """The user inputs with the SGD annotations the original episode logged (acts, spans, the user's state),
+        so that the user says what it said then, in acts as in words."""
+        if len(frames) != len(q.user_inputs):
+            raise UserError(f"{self.path}: question {q.id!r}: metadata.sgd.user_frames: {len(frames)} entries for "
+                            f"{len(q.user_inputs)} user inputs")
+        return [{"utterance": text, "frames": f} for text, f in zip(q.user_inputs, frames)]
 
     def _sgd_data(self, q: GoldenQuestion, origin: SgdOrigin) -> dict[str, Any]:
         """The SGD part of a question's data (pack, goal, schemas, world), checked against the pack it names."""
@@ -128,10 +139,10 @@ class GoldenScenarios:
         sgd = self._sgd(scenario)
         return [] if sgd is None else sgd.tools(scenario)
 
-    def judge(self, scenario: Scenario, claims: list[Claim], calls: list[Call]) -> str | None:
-        """SGD questions: whether the calls made back the original goal (see scenarios/sgd/judge.py)."""
+    def judge(self, scenario: Scenario, claims: list[Claim], events: list[Any]) -> str | None:
+        """SGD questions: whether the episode's events back the original goal (see scenarios/sgd/judge.py)."""
         sgd = self._sgd(scenario)
-        return None if sgd is None else sgd.judge(scenario, claims, calls)
+        return None if sgd is None else sgd.judge(scenario, claims, events)
 
 
 def load_golden_scenarios(arg: str | None) -> GoldenScenarios:

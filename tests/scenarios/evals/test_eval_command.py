@@ -5,6 +5,10 @@ from __future__ import annotations
 
 import csv
 import json
+import os
+import signal
+import subprocess
+import sys
 
 import pytest
 
@@ -121,3 +125,27 @@ def test_a_golden_file_runs_against_serve_agent(golden_file, tmp_path, run_cli):
     assert run_cli("eval", tmp_path / "run")[0] == 0
     report = json.loads((tmp_path / "run" / "eval_metrics.json").read_text())
     assert report["episodes"] == 2 and report["aggregate"]["tool.calls"]["sum"] == 0
+
+
+@pytest.mark.slow
+def test_the_real_golden_file_runs_against_the_serve_agent_command(tmp_path, real_file, run_cli):
+    """customer_service_golden.json against `dialogsim serve-agent --agent schema` (the command, in its own process)
+    over dialogsim/1: every question ends, and eval and eval_csv read the run."""
+    golden = real_file("customer_service_golden.json")
+    proc = subprocess.Popen([sys.executable, "-m", "dialogsim.engine.cli", "serve-agent", "--agent", "schema",
+                             "--scenarios", f"golden:{golden}", "--port", "0"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    try:
+        line = proc.stdout.readline().strip()
+        assert line.startswith("listening on http://127.0.0.1:"), proc.stderr.read()
+        questions = len(json.loads(golden.read_text())["golden_questions"])
+        status, _, err = run_cli("run", "--scenarios", f"golden:{golden}", "--agent", f"http:{line.split()[-1]}",
+                                 "--episodes", questions, "--out", tmp_path / "run", "--no-progress")
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=10)
+    assert status == 0, err
+    assert run_cli("eval", tmp_path / "run")[0] == 0
+    report = json.loads((tmp_path / "run" / "eval_metrics.json").read_text())
+    assert report["episodes"] == questions
+    assert run_cli("project", tmp_path / "run", "--to", "eval_csv", "--no-progress")[0] == 0

@@ -11,10 +11,10 @@ from dialogsim.engine.log import read_episodes
 from dialogsim.scenarios.evals.evaluate import evaluate_run
 
 
-def _sgd_golden(tmp_path, run_cli, episodes: int, seed: int = 4):
-    """An SGD run whose agent reads the user's text, and its golden file."""
+def _sgd_golden(tmp_path, run_cli, episodes: int, seed: int = 4, listen: str = "text"):
+    """An SGD run whose agent reads the user's text (or acts), and its golden file."""
     run = tmp_path / "sgd"
-    status, _, err = run_cli("run", "--episodes", episodes, "--seed", seed, "--agent-opt", "listen=text",
+    status, _, err = run_cli("run", "--episodes", episodes, "--seed", seed, "--agent-opt", f"listen={listen}",
                              "--durability", "none", "--out", run, "--no-progress")
     assert status == 0, err
     status, _, err = run_cli("project", run, "--to", "golden", "--no-progress")
@@ -61,9 +61,11 @@ def test_a_golden_question_from_sgd_gets_its_world_back(tmp_path, run_cli):
 
 
 @pytest.mark.slow
-def test_two_hundred_sgd_dialogues_round_trip_with_tool_call_match_of_at_least_095(tmp_path, run_cli):
-    """The issue's figure: 200 SGD-world dialogues -> golden -> the schema agent again, on another seed: >= 0.95."""
-    _, path = _sgd_golden(tmp_path, run_cli, 200)
+@pytest.mark.parametrize("listen", ["text", "acts"])
+def test_two_hundred_sgd_dialogues_round_trip_with_tool_call_match_of_at_least_095(tmp_path, run_cli, listen):
+    """The issue's figure: 200 SGD-world dialogues -> golden -> the schema agent again, on another seed: >= 0.95,
+    whether the original agent read the user's words or its acts."""
+    _, path = _sgd_golden(tmp_path, run_cli, 200, listen=listen)
     again = tmp_path / "again"
     status, _, err = run_cli("run", "--scenarios", f"golden:{path}", "--episodes", 200, "--seed", 11,
                              "--durability", "none", "--out", again, "--no-progress")
@@ -71,6 +73,24 @@ def test_two_hundred_sgd_dialogues_round_trip_with_tool_call_match_of_at_least_0
     report = evaluate_run(again, golden=path)
     assert report.aggregate["tool_call.f1"]["n"] == 200
     assert report.aggregate["tool_call.f1"]["mean"] >= 0.95, report.aggregate["tool_call.f1"]
+
+
+def test_a_question_keeps_the_users_acts_only_when_the_agent_heard_them(tmp_path, run_cli):
+    """An agent that read acts: each user input's frames travel with the question and are said again; one that read
+    the text: the question holds the words alone."""
+    _, acts = _sgd_golden(tmp_path / "acts", run_cli, 4, listen="acts")
+    _, text = _sgd_golden(tmp_path / "text", run_cli, 4)
+    for q in json.loads(acts.read_text())["golden_questions"]:
+        assert len(q["metadata"]["sgd"]["user_frames"]) == len(q["user_inputs"])
+        assert all(frames and frames[0]["actions"] for frames in q["metadata"]["sgd"]["user_frames"])
+    assert not any("user_frames" in q["metadata"]["sgd"] for q in json.loads(text.read_text())["golden_questions"])
+    again = tmp_path / "again"
+    status, _, err = run_cli("run", "--scenarios", f"golden:{acts}", "--episodes", 4, "--seed", 4,
+                             "--durability", "none", "--out", again, "--no-progress")
+    assert status == 0, err
+    said = [e for events in read_episodes(again) for e in events if isinstance(e, UserTurn)]
+    assert said and all(e.frames for e in said)
+    assert evaluate_run(again).aggregate["tool_call.f1"]["mean"] == 1.0
 
 
 @pytest.mark.parametrize("edit, fragments", [
