@@ -7,18 +7,19 @@ same jobs from the same source log.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Literal
 
 import msgspec
 
+from . import rawlog
 from .errors import UserError
 from .events import EpisodeStarted, Event
-from .log import RunDir, read_episodes
+from .log import RunDir
 from .recorded import RecordedUser
 from .runner import Branch, Cast, Job, branch_id
-from .tape import Fork, fork_at_turn
+from .tape import Fork, RawEpisode, fork_at_turn
 
 
 class Source(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -41,21 +42,20 @@ def open_source(path: str | Path) -> RunDir:
     return run
 
 
-def source_episodes(source: Source) -> Iterator[list[Event]]:
-    """The ended episodes of a source run that it names (all when it names none), in log order."""
+def open_recorded(source: Source) -> RunDir:
+    """The source run of a derived run, checked to be the one it was made from."""
     run = RunDir.open(source.run)
     if run.manifest.get("run_id") != source.run_id:
         raise UserError(f"{run.path}: run id {run.manifest.get('run_id')!r} is not the {source.run_id!r} this run was "
                         "made from (the source run was replaced)")
-    wanted = set(source.episodes) or None
-    seen = set()
-    for events in read_episodes(run, episodes=wanted):
-        if type(events[0]) is EpisodeStarted:
-            seen.add(events[0].ep)
-            yield events
-    missing = sorted((wanted or set()) - seen)
+    return run
+
+
+def _found(source: Source, seen: set[str]) -> None:
+    """Refuse a source that does not hold every episode it names (ended)."""
+    missing = sorted(set(source.episodes) - seen)
     if missing:
-        raise UserError(f"{run.path}: no ended episode {missing[0]!r}")
+        raise UserError(f"{source.run}: no ended episode {missing[0]!r}")
 
 
 def replay_jobs(source: Source, cast: Cast, user_is_recorded: bool,
@@ -63,15 +63,20 @@ def replay_jobs(source: Source, cast: Cast, user_is_recorded: bool,
     """One job per source episode (forks aside), in episode-id order: its scenario and seeds, nothing copied; a
     recorded user plays its logged turns back (``RecordedUser``), handing over to ``make_live_user()`` when it
     can warm up."""
-    found = []
-    for events in source_episodes(source):
-        started = events[0]
-        if started.branch is not None:
-            continue
-        job_cast = cast
-        if user_is_recorded:  # the only case that keeps more than the start of each episode
-            job_cast = Cast(_recorded(events, make_live_user), cast.make_agent, started.user, cast.agent)
-        found.append((started.ep, Fork(started=started), job_cast))
+    run, wanted = open_recorded(source), frozenset(source.episodes) or None
+    found: list[tuple[str, Fork, Cast]] = []
+    if user_is_recorded:  # the only case that reads more than the start of each episode
+        for ep, lines in rawlog.episodes(run, wanted):
+            events = RawEpisode(lines)
+            started = events[0]
+            if type(started) is EpisodeStarted and started.branch is None:
+                found.append((ep, Fork(started=started),
+                              Cast(_recorded(list(events), make_live_user), cast.make_agent, started.user, cast.agent)))
+    else:
+        for started in rawlog.starts(run, wanted):
+            if started.branch is None:
+                found.append((started.ep, Fork(started=started), cast))
+    _found(source, {ep for ep, _, _ in found})
     found.sort(key=lambda item: item[0])
     return [Job(i, ep=ep, fork=fork, cast=job_cast) for i, (ep, fork, job_cast) in enumerate(found)]
 
@@ -83,13 +88,33 @@ def _recorded(events: list[Event], make_live_user: Callable[[], object] | None) 
 def fork_jobs(source: Source, branches: list[Branch], cast_of: Callable[[Branch], Cast]) -> tuple[list[Job], int]:
     """One job per source episode and branch, in episode-id order, copying the branch's ``at_turn`` turns; and
     the number of source episodes passed over for having fewer turns than a branch copies."""
-    found, short = [], 0
-    for events in source_episodes(source):
-        forks = [(branch, fork_at_turn(events, branch.at_turn, branch.name)) for branch in branches]
+    run, wanted = open_recorded(source), frozenset(source.episodes) or None
+    found, short, seen = [], 0, set()
+    turns = max(branch.at_turn for branch in branches)
+    for ep, lines in rawlog.episodes(run, wanted):
+        seen.add(ep)
+        events = RawEpisode(lines)
+        prefix = [events[seq] for seq in range(_prefix_end(lines, turns))]  # decoded no further than needed
+        forks = [(branch, fork_at_turn(prefix, branch.at_turn, branch.name)) for branch in branches]
         if any(fork is None for _, fork in forks):
             short += 1
             continue
-        found.extend((events[0].ep, n, branch, fork) for n, (branch, fork) in enumerate(forks))
+        found.extend((ep, n, branch, fork) for n, (branch, fork) in enumerate(forks))
+    _found(source, seen)
     found.sort(key=lambda item: item[:2])
     return [Job(i, ep=branch_id(ep, branch.name), fork=fork, cast=cast_of(branch))
             for i, (ep, _, branch, fork) in enumerate(found)], short
+
+
+def _prefix_end(lines: list[bytes], turns: int) -> int:
+    """The number of an episode's lines up to its ``turns``-th turn (all of them if it has fewer)."""
+    seen = 0
+    for n, line in enumerate(lines):
+        if seen == turns:
+            return n
+        if line.startswith(_USER_TURN) or line.startswith(_AGENT_TURN):
+            seen += 1
+    return len(lines)
+
+
+_USER_TURN, _AGENT_TURN = b'{"type":"user_turn"', b'{"type":"agent_turn"'

@@ -122,13 +122,14 @@ class Branch(msgspec.Struct, kw_only=True):
 class Logged:
     """What a run's log already holds: the end time of each ended episode, and the events of the episodes to
     go through again (unfinished ones, ended ones to verify in ``check``, mainlines whose branches may be
-    due). An ended episode that is not to be checked is a phantom: it holds its slot until its logged end."""
+    due; anything with ``get(ep, default)``). An ended episode that is not to be checked is a phantom: it
+    holds its slot until its logged end. Without ``run_new``, episodes the log does not hold are not run."""
 
-    __slots__ = ("ends", "events", "check")
+    __slots__ = ("ends", "events", "check", "run_new")
 
-    def __init__(self, ends: Mapping[str, float], events: Mapping[str, list[Event]],
-                 check: Iterable[str] = ()) -> None:
-        self.ends, self.events, self.check = ends, events, frozenset(check)
+    def __init__(self, ends: Mapping[str, float], events: Any, check: Iterable[str] = (),
+                 run_new: bool = True) -> None:
+        self.ends, self.events, self.check, self.run_new = ends, events, frozenset(check), run_new
 
 
 def episode_id(index: int) -> str:
@@ -310,6 +311,8 @@ class Batch:
         logged = self.logged
         if logged is not None:
             end = logged.ends.get(ep)
+            if end is None and not logged.run_new and ep not in logged.events:
+                return
             if end is not None and ep not in logged.check:  # a phantom: it ended, it only holds its slot
                 if end > env._now:
                     yield env.timeout(end - env._now)

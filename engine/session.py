@@ -335,7 +335,7 @@ def _execute(run: RunDir, config: RunConfig, settings: BatchSettings, scenarios:
     for s in previous:
         signal.signal(s, stop)
     try:
-        asyncio.run(_run_batch(batch, jobs, *casting.factories.values()))
+        asyncio.run(run_batch(batch, jobs, *casting.factories.values()))
     except Interrupted:
         status = "interrupted"
     except BaseException:
@@ -360,7 +360,8 @@ def _execute(run: RunDir, config: RunConfig, settings: BatchSettings, scenarios:
     return RunResult(run_dir=run.path, status=status, counts=total, ran=ran)
 
 
-async def _run_batch(batch: Batch, jobs: list[Job], *factories: Any) -> None:
+async def run_batch(batch: Batch, jobs: list[Job], *factories: Any) -> None:
+    """Run a batch's jobs, then close the factories that have ``aclose`` (live agents' clients)."""
     try:
         await batch.run(jobs)
     finally:

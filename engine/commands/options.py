@@ -1,0 +1,85 @@
+"""Command-line options shared by the commands that run episodes (``run``, ``replay``, ``fork``): the agent's
+flags and the branches of a fork."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from ..errors import UserError
+from ..registry import parse_options
+from ..runner import Branch
+
+# agent options set by their own flags, to name the flag in an error
+AGENT_FLAGS = {"model": "--agent-model", "concurrency": "--agent-concurrency", "total_timeout": "--agent-timeout",
+               "retries": "--agent-retries", "api_key_env": "--api-key-env", "price_in_per_1k": "--price",
+               "price_out_per_1k": "--price"}
+
+
+def add_agent_arguments(p: argparse.ArgumentParser) -> None:
+    """``--agent-opt`` and the flags of live agents."""
+    p.add_argument("--agent-opt", action="append", default=[], metavar="KEY=VALUE", help="agent option")
+    p.add_argument("--agent-model", help="model name for openai: agents")
+    p.add_argument("--agent-concurrency", type=int, help="bound on in-flight requests to a live agent")
+    p.add_argument("--agent-timeout", type=float, help="total timeout of one agent request in seconds")
+    p.add_argument("--agent-retries", type=int, help="retries of a failed agent request")
+    p.add_argument("--api-key-env", help="environment variable holding the agent's API key (never logged)")
+    p.add_argument("--price", metavar="IN,OUT", help="price per 1K input and output tokens, for cost")
+
+
+def agent_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The agent options ``add_agent_arguments``'s flags give."""
+    options: dict[str, Any] = parse_options(args.agent_opt, "--agent-opt")
+    for key, value in (("model", args.agent_model), ("concurrency", args.agent_concurrency),
+                       ("total_timeout", args.agent_timeout), ("retries", args.agent_retries),
+                       ("api_key_env", args.api_key_env)):
+        if value is not None:
+            options[key] = value
+    if args.price:
+        try:
+            price_in, price_out = (float(x) for x in args.price.split(","))
+        except ValueError:
+            raise UserError(f"--price {args.price!r}: expected IN,OUT prices per 1K tokens") from None
+        options.update(price_in_per_1k=price_in, price_out_per_1k=price_out)
+    return options
+
+
+def add_branch_arguments(p: argparse.ArgumentParser, default_name: str | None) -> None:
+    """``--at-turn``, ``--branches`` and the per-branch options."""
+    p.add_argument("--at-turn", type=int, metavar="K", help="the branches copy the first K turns (user and agent "
+                   "turns both count: 1 is the decision point after the user's first turn)")
+    p.add_argument("--branches", metavar="A,B,...", help="names of the branches" + (
+        f" (default: one, {default_name!r})" if default_name else ""))
+    for who in ("agent", "user"):
+        p.add_argument(f"--branch-{who}", action="append", default=[], metavar="NAME:SPEC",
+                       help=f"the {who} of one branch (default: the run's)")
+        p.add_argument(f"--branch-{who}-opt", action="append", default=[], metavar="NAME:KEY=VALUE",
+                       help=f"a {who} option of one branch, added to the run's")
+
+
+def branches(args: argparse.Namespace, default_name: str | None) -> list[Branch]:
+    """The branches the options of ``add_branch_arguments`` describe ([] when none are asked for)."""
+    names = [n.strip() for n in args.branches.split(",")] if args.branches else (
+        [default_name] if default_name else [])
+    per_branch = [("--branch-agent", args.branch_agent), ("--branch-user", args.branch_user),
+                  ("--branch-agent-opt", args.branch_agent_opt), ("--branch-user-opt", args.branch_user_opt)]
+    if not names:
+        given = next((flag for flag, values in per_branch if values), "--at-turn" if args.at_turn is not None else None)
+        if given:
+            raise UserError(f"{given} needs --branches NAME,...")
+        return []
+    if args.at_turn is None:
+        raise UserError("--at-turn K is required with branches: how many turns they copy")
+    fields: dict[str, dict[str, Any]] = {name: {} for name in names}
+    for flag, values in per_branch:
+        for value in values:
+            name, sep, rest = value.partition(":")
+            if not sep or name not in fields:
+                raise UserError(f"{flag} {value!r}: expected NAME:{'SPEC' if flag.count('-') == 3 else 'KEY=VALUE'} "
+                                f"with NAME one of the branches ({', '.join(names)})")
+            key = flag[len("--branch-"):].replace("-opt", "_options")
+            if key.endswith("_options"):
+                fields[name].setdefault(key, {}).update(parse_options([rest], flag))
+            else:
+                fields[name][key] = rest
+    return [Branch(name=name, at_turn=args.at_turn, **fields[name]) for name in names]
