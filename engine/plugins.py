@@ -44,6 +44,8 @@ BUILTINS: list[tuple[str, str, str | None, str]] = [
     ("projection", "preference_pairs", "dialogsim.scenarios.proactive.projections:PreferencePairsProjection",
      "preference pairs scored by running the code (pairs, DPO and action-token DPO files)"),
     ("corpus", "sgd", "dialogsim.scenarios.sgd.corpus:read_corpus", "an SGD split directory"),
+    ("metric", "dst_joint_goal_accuracy", "dialogsim.scenarios.sgd.dst_metrics:episode_joint_goal_accuracy",
+     "SGD DST joint goal accuracy of the agent's tracked state, over the user frames"),
     ("command", "run", "dialogsim.engine.commands.run", "simulate episodes into a run directory (or --resume one)"),
     ("command", "events", "dialogsim.engine.commands.events", "print a run's events, filtered"),
     ("command", "project", "dialogsim.engine.commands.project",
