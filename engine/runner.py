@@ -571,7 +571,10 @@ class _Dialogue:
                 rec.emit(Fault, who="agent", kind=f.kind, detail=f.detail, attempt=f.attempt)
             if not answer.tool_calls:
                 break
-            obs = self.take_tools(obs) if rec.seq < rec.taken else self.run_tools(obs, answer.tool_calls)
+            if rec.seq < rec.taken:  # a round copied from the tape
+                obs = self.take_tools(obs, answer.step_end)
+            else:
+                obs = self.run_tools(obs, answer.tool_calls)
             if calls > limit:
                 raise _EpisodeError(f"agent exceeded {limit} tool rounds in one turn", "agent",
                                     [FaultReport(kind="limit", detail=f"more than {limit} tool rounds in one turn")])
@@ -603,12 +606,12 @@ class _Dialogue:
             results.append(ToolResult(call_id=call_id, results=returned.results, error=returned.error))
         return Observation(user=obs.user, history=history, tool_results=results, turn_index=obs.turn_index)
 
-    def take_tools(self, obs: Observation) -> Observation:
-        """A round of tool calls copied from the tape: the world is called as logged (so that its state is what
-        the log implies), its answers dropped; ``obs`` with the logged results."""
+    def take_tools(self, obs: Observation, end: int) -> Observation:
+        """A round of tool calls copied from the tape (its events up to seq ``end``): the world is called as
+        logged (so that its state is what the log implies), its answers dropped; ``obs`` with the logged results."""
         rec, history, events = self.rec, self.history, self.rec.tape.events
         results: list[ToolResult] = []
-        while rec.seq < rec.taken:
+        while rec.seq < end:
             event = rec.record(events[rec.seq])
             if type(event) is ToolCalled:
                 try:
