@@ -108,13 +108,12 @@ def fork_jobs(source: Source, branches: list[Branch], cast_of: Callable[[Branch]
 
 def _prefix_end(lines: list[bytes], turns: int) -> int:
     """The number of an episode's lines up to its ``turns``-th turn (all of them if it has fewer)."""
-    seen = 0
-    for n, line in enumerate(lines):
-        if seen == turns:
-            return n
-        if line.startswith(_USER_TURN) or line.startswith(_AGENT_TURN):
+    seen, end = 0, 1  # its episode_started, at least
+    while seen < turns and end < len(lines):
+        if lines[end].startswith(_USER_TURN) or lines[end].startswith(_AGENT_TURN):
             seen += 1
-    return len(lines)
+        end += 1
+    return end
 
 
 _USER_TURN, _AGENT_TURN = b'{"type":"user_turn"', b'{"type":"agent_turn"'

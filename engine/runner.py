@@ -164,7 +164,7 @@ class _Recorder:
     def turn_taker(self) -> Callable[[UserTurn | AgentTurn], None]:
         """What takes the episode loop's turns: for a new episode the pending list's own append (a turn then
         costs no Python call), for one with a tape ``retake``."""
-        return self.retake if self.tape.end or self.kept is not None else self.pending.append
+        return self.retake if self.seq < self.tape.end or self.kept is not None else self.pending.append
 
     def retake(self, event: UserTurn | AgentTurn) -> None:
         """Take a turn of an episode with a tape: the tape's own while taken, checked while it lasts, else pending."""
@@ -381,6 +381,8 @@ class Batch:
         try:
             rec.start(started, copies)
             dialogue.start(cast)
+            if rec.tape.copied > 1 and not (dialogue.user_asked or dialogue.agent_asked):
+                dialogue.take_copied()
             outcome, turns = yield from dialogue.turns()
             rec.flush()
         except Exception as exc:  # a bug in a user, agent or world must not sink the batch
@@ -398,7 +400,8 @@ class _Dialogue:
     """
 
     __slots__ = ("batch", "rec", "scenario", "seed", "streams", "timing", "tools", "user", "agent", "world",
-                 "history", "user_rerun", "agent_rerun", "user_taped", "agent_taped", "warm_user", "warm_agent")
+                 "history", "user_asked", "agent_asked", "user_rerun", "agent_rerun", "user_taped", "agent_taped",
+                 "warm_user", "warm_agent", "turn", "spoken", "said")
 
     def __init__(self, batch: Batch, rec: _Recorder, scenario: Scenario, seed: int) -> None:
         self.batch, self.rec, self.scenario, self.seed = batch, rec, scenario, seed
@@ -406,6 +409,7 @@ class _Dialogue:
         self.timing = self.streams[3]
         self.tools = batch.tools(scenario)
         self.history: list[Event] = []  # the turns and tool events so far: what the agent observes
+        self.turn, self.spoken, self.said = 0, None, None  # where the turns start: past a prefix taken whole, if any
 
     def start(self, cast: Cast) -> None:
         """Make the user, the agent and the world, and tell the user and the agent that the episode starts."""
@@ -426,8 +430,12 @@ class _Dialogue:
         self.agent_rerun = getattr(agent, "deterministic", True)
         self.user_taped = bool(tape.end) and (bool(tape.copied) or not self.user_rerun)
         self.agent_taped = bool(tape.end) and (bool(tape.copied) or not self.agent_rerun)
-        self.warm_user = self.user_taped and not self.user_rerun
-        self.warm_agent = self.agent_taped and not self.agent_rerun
+        # In a copied prefix a deterministic participant is asked (its answers dropped) unless it can take the
+        # episode so far in one warm(history) call; one that was not asked is warmed before it goes on live.
+        self.user_asked = self.user_rerun and not hasattr(user, "warm")
+        self.agent_asked = self.agent_rerun and not hasattr(agent, "warm")
+        self.warm_user = self.user_taped and not (self.user_rerun and (self.user_asked or not tape.copied))
+        self.warm_agent = self.agent_taped and not (self.agent_rerun and (self.agent_asked or not tape.copied))
 
     def turns(self) -> Generator[Any, Any, tuple[Outcome, int]]:
         """User and agent take turns until the user leaves or ends, the agent ends, or the turn limit: the
@@ -439,34 +447,37 @@ class _Dialogue:
         # takes over.
         rec, history, timing, env = self.rec, self.history, self.timing, self.batch.env
         run, ep, remember = rec.run, rec.ep, history.append
-        ask_user = self.ask_user if self.user_taped else self.user.respond  # a deterministic user directly
-        ask_agent = self.ask_agent if self.agent_taped else self.agent.respond
+        taped = rec.seq < rec.tape.end  # past a prefix taken whole, the turns are as in a new episode
+        ask_user = self.ask_user if self.user_taped and taped else self.user.respond  # a deterministic user directly
+        ask_agent = self.ask_agent if self.agent_taped and taped else self.agent.respond
         settings = self.batch.settings
         think, latency_of, max_turns = settings.think.sample, settings.latency.sample, settings.max_turns
-        take, seq, t, turn = rec.turn_taker(), rec.seq, rec.t, 0
-        spoken: AgentTurn | None = None  # what the user answers: nothing, to open the episode
+        take, seq, t, turn = rec.turn_taker(), rec.seq, rec.t, self.turn
+        spoken: AgentTurn | None = self.spoken  # what the user answers: nothing, to open the episode
+        said: UserTurn | None = self.said  # a user turn a copied prefix ended with: the agent answers it first
         while True:
-            # The user's turn: its reply (a live user's awaited), spoken after its thinking time. The think
-            # time is drawn even when the user gives its own, so that a reply read back from the tape leaves
-            # the timing stream where the logged one did.
-            try:
-                reply = ask_user(spoken)
-            except Exception as exc:
-                raise _failure("user", exc) from None
-            pause = think(timing)
-            if type(reply) is not UserReply:  # a live user's call, a reply from the tape, or None (it leaves)
-                reply = yield from self.user_reply(reply, t, pause)
-                if reply is None:
-                    return self.verdict("abandoned", "the user left without a word"), turn
-                rec.t = t = reply.t
-            else:
-                rec.t = t = t + (pause if reply.think is None else reply.think)
-            said = UserTurn(run=run, ep=ep, seq=seq, t=t, wall=_now_ns(), turn=turn, utterance=reply.utterance,
-                            frames=reply.frames, end=reply.end, reaction=reply.reaction)
-            take(said)
-            rec.seq = seq = seq + 1
-            remember(said)
-            turn += 1
+            if said is None:
+                # The user's turn: its reply (a live user's awaited), spoken after its thinking time. The think
+                # time is drawn even when the user gives its own, so that a reply read back from the tape leaves
+                # the timing stream where the logged one did.
+                try:
+                    reply = ask_user(spoken)
+                except Exception as exc:
+                    raise _failure("user", exc) from None
+                pause = think(timing)
+                if type(reply) is not UserReply:  # a live user's call, a reply from the tape, or None (it leaves)
+                    reply = yield from self.user_reply(reply, t, pause)
+                    if reply is None:
+                        return self.verdict("abandoned", "the user left without a word"), turn
+                    rec.t = t = reply.t
+                else:
+                    rec.t = t = t + (pause if reply.think is None else reply.think)
+                said = UserTurn(run=run, ep=ep, seq=seq, t=t, wall=_now_ns(), turn=turn, utterance=reply.utterance,
+                                frames=reply.frames, end=reply.end, reaction=reply.reaction)
+                take(said)
+                rec.seq = seq = seq + 1
+                remember(said)
+                turn += 1
             # The agent's turn: its latency is drawn first, as a live agent's answer is due when it has passed.
             latency = latency_of(timing)
             obs = Observation(user=said, history=history, tool_results=[], turn_index=turn)
@@ -493,6 +504,48 @@ class _Dialogue:
                 return self.verdict(), turn
             if turn >= max_turns:
                 return ("max_turns", f"reached the limit of {max_turns} turns", {}), turn
+            said = None
+
+    def take_copied(self) -> None:
+        """Take a copied prefix in one pass when no participant is asked about it (each reads its steps back or
+        warms up in one call): its events are logged (a fork's) and observed, the world is called as logged, the
+        timing stream draws what the turns drew, and the participants are warmed; the turns go on from there."""
+        rec, history, world = self.rec, self.history, self.world
+        events, end = rec.tape.events, rec.tape.copied
+        think, latency = self.batch.settings.think.sample, self.batch.settings.latency.sample
+        timing, round_t, answering = self.timing, None, False  # round_t: the time of the tool round being taken
+        for seq in range(1, end):
+            event = events[seq]
+            kind = type(event)
+            if kind is UserTurn:
+                think(timing)
+                answering, round_t = False, None
+            elif not answering:  # the agent's first call after a user turn
+                latency(timing)
+                answering = True
+            if kind is ToolCalled:
+                if event.t != round_t:  # a round: the agent is called again after it (rounds differ in time)
+                    round_t = event.t
+                    latency(timing)
+                try:
+                    world.call(event.service, event.method, event.parameters)
+                except Exception:
+                    pass  # the log says what the tool gave
+            if kind is UserTurn or kind is AgentTurn or kind is ToolCalled or kind is ToolReturned:
+                history.append(event)
+        if rec.tape.emit:
+            rec.pending.extend(events[1:end])
+        rec.seq, rec.t, rec.taken = end, events[end - 1].t, max(rec.taken, end)
+        turns = [e for e in history if type(e) is UserTurn or type(e) is AgentTurn]
+        self.turn = len(turns)
+        if turns and type(turns[-1]) is UserTurn:  # the agent answers it first
+            self.said = turns[-1]
+            turns.pop()
+        self.spoken = turns[-1] if turns else None
+        for participant, due in ((self.user, self.warm_user), (self.agent, self.warm_agent)):
+            if due:
+                _warm(participant, history)
+        self.warm_user = self.warm_agent = False
 
     def ask_user(self, spoken: AgentTurn | None) -> UserReply | None | Awaitable[UserReply | None]:
         """The user's answer to ``spoken``; read back from the tape where the user is taped (and, when it is
@@ -502,7 +555,7 @@ class _Dialogue:
         if seq < tape.end and (seq < tape.copied or not self.user_rerun):
             taped = tape.user_step(seq)
             rec.taken = max(rec.taken, seq + 1)
-            if self.user_rerun:
+            if self.user_asked:
                 warming = self.user.respond(spoken)
                 if warming is not None and type(warming) is not UserReply and hasattr(warming, "__await__"):
                     return _then(warming, taped)
@@ -536,7 +589,7 @@ class _Dialogue:
             if taped is not None:  # else the tape ends inside the agent's answer: it answers again
                 copied = seq < tape.copied
                 rec.taken = max(rec.taken, taped.step_end if copied or not taped.tool_calls else taped.after_faults)
-                if self.agent_rerun:
+                if self.agent_asked:
                     warming = self.agent.respond(obs)
                     if type(warming) is not AgentReply and hasattr(warming, "__await__"):
                         return _then(warming, taped)

@@ -85,31 +85,51 @@ def test_a_resumed_episode_whose_start_differs_ends_after_its_log_and_the_batch_
     assert log.outcomes()["e000000"] == log.outcomes()["e000002"] == "success"
 
 
-class _Counting(ScriptedAgent):
-    """The scripted agent, counting the times it is asked."""
+class _Counting:
+    """The scripted agent (without a warm method), counting the times it is asked."""
 
     asked: list[int] = []
 
+    def __init__(self):
+        self.inner = ScriptedAgent()
+
+    def start(self, ctx):
+        self.inner.start(ctx)
+
     def respond(self, obs):
         _Counting.asked.append(obs.turn_index)
-        return super().respond(obs)
+        return self.inner.respond(obs)
 
 
-def test_a_fork_copies_its_prefix_warms_the_participants_and_goes_on_as_its_parent_did():
+class _Warmed(ScriptedAgent):
+    """The scripted agent, recording what it is told when warmed."""
+
+    told: list[int] = []
+
+    def warm(self, history):
+        _Warmed.told.append(len(history))
+        super().warm(history)
+
+
+@pytest.mark.parametrize("agent", [_Counting, _Warmed])
+def test_a_fork_copies_its_prefix_warms_the_participants_and_goes_on_as_its_parent_did(agent):
     """A fork of the restaurant episode at turn 3 with the same agent: the copied events are the parent's
-    (re-stamped, seq and wall kept, moved to the fork's start), the agent was asked about the copied turns (warmed)
-    and the rest equals the parent's events but for ids."""
+    (re-stamped, seq and wall kept, moved to the fork's start), the agent was asked about the copied turns, its
+    answers dropped (or, having warm, told them in one call), and the rest equals the parent's events but for ids."""
     parent = _run([Job(1)], concurrency=1)[0].episode("e000001")
     fork = fork_at_turn(parent, 3, "same")
     assert [type(e) for e in fork.prefix] == [UserTurn, ToolCalled, ToolReturned, AgentTurn, UserTurn]
-    _Counting.asked = []
-    log, _ = _run([Job(0, ep="f", fork=fork)], make_agent=_Counting)
+    _Counting.asked, _Warmed.told = [], []
+    log, _ = _run([Job(0, ep="f", fork=fork)], make_agent=agent)
     mine = log.episode("f")
     started = mine[0]
     assert (started.parent.ep, started.parent.seq, started.branch) == ("e000001", 6, "same")
     assert started.scenario == parent[0].scenario and started.seed == parent[0].seed
     assert mine[1:6] == [msgspec.structs.replace(e, ep="f") for e in parent[1:6]]  # same start time: t unchanged
-    assert _Counting.asked[:2] == [1, 1]  # the copied agent turn (and its tool round), asked and dropped
+    if agent is _Counting:
+        assert _Counting.asked[:3] == [1, 1, 3]  # the copied agent turn (and its tool round), asked and dropped
+    else:
+        assert _Warmed.told == [5]  # once, with the copied turns and tool events, before its first live turn
 
     def plain(events):
         return [msgspec.json.encode(msgspec.structs.replace(e, ep="", wall=0)).replace(b'"f-', b'"e000001-')
