@@ -85,6 +85,8 @@ def verify_run(path: str | Path, *, episodes: int | None = None, sample: int | N
     casting = Casting(config, scenarios)
     jobs = casting.jobs()
     ends, started = rawlog.ends(run)
+    if started - set(ends) or len(ends) != run.manifest.get("counts", {}).get("episodes", len(ends)):
+        ends, started = rawlog.ends(run, any_layout=True)  # lines the writer did not write, or a run not closed
     unfinished = sorted(started - set(ends))
     if unfinished:
         raise UserError(f"{run.path}: {len(unfinished)} episode(s) did not end (first {unfinished[0]}); finish the run "
