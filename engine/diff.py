@@ -1,4 +1,5 @@
-"""Two runs compared episode by episode (``dialogsim diff``): pairs by (scenario, trial, branch), outcome
+"""Two runs compared episode by episode (``dialogsim diff``): pairs by (scenario, trial, branch) (then, for
+episodes left over, by scenario and trial where each is alone with them: a fork against its parent), outcome
 transitions, the first turn where each pair differs, and metric deltas with paired statistics (engine/paired.py).
 
 Metrics per episode: success, turns, tool calls, latency (per agent turn), cost (when either run has any), and
@@ -136,6 +137,13 @@ def compare(run_a: str, a: Iterable[Episode], run_b: str, b: Iterable[Episode], 
     duplicates += more
     keys = sorted(set(by_key_a) & set(by_key_b), key=lambda k: (by_key_a[k].ep, k))
     pairs = [(by_key_a[k], by_key_b[k]) for k in keys]
+    # Left over: an episode alone with its scenario and trial on both sides pairs with the other whatever their
+    # branches (a fork against its parent, say).
+    left_a = _alone([e for k, e in by_key_a.items() if k not in by_key_b])
+    left_b = _alone([e for k, e in by_key_b.items() if k not in by_key_a])
+    matched = sorted(set(left_a) & set(left_b), key=lambda k: left_a[k].ep)
+    pairs += [(left_a[k], left_b[k]) for k in matched]
+    paired_a, paired_b = {x.ep for x, _ in pairs}, {y.ep for _, y in pairs}
     transitions: dict[str, list[str]] = {}
     episodes = []
     for x, y in pairs:
@@ -151,8 +159,8 @@ def compare(run_a: str, a: Iterable[Episode], run_b: str, b: Iterable[Episode], 
     intervals = paired_bootstrap(columns, resamples=resamples, seed=seed)
     metrics = [_metric(name, intervals[name], pairs) for name in names]
     return Diff(run_a=run_a, run_b=run_b, pairs=len(pairs),
-                only_in_a=sorted(by_key_a[k].ep for k in set(by_key_a) - set(by_key_b)),
-                only_in_b=sorted(by_key_b[k].ep for k in set(by_key_b) - set(by_key_a)),
+                only_in_a=sorted(e.ep for e in by_key_a.values() if e.ep not in paired_a),
+                only_in_b=sorted(e.ep for e in by_key_b.values() if e.ep not in paired_b),
                 duplicates=duplicates, transitions=dict(sorted(transitions.items())), metrics=metrics,
                 resamples=resamples, seed=seed, episodes=episodes)
 
@@ -167,6 +175,12 @@ def _by_key(episodes: Iterable[Episode]) -> tuple[dict[Key, Episode], int]:
         else:
             out[e.key] = e
     return out, duplicates
+
+
+def _alone(episodes: list[Episode]) -> dict[tuple[str, int], Episode]:
+    """The episodes that are alone with their (scenario, trial), by it."""
+    counts = Counter(e.key[:2] for e in episodes)
+    return {e.key[:2]: e for e in episodes if counts[e.key[:2]] == 1}
 
 
 def _columns(pairs: list[tuple[Episode, Episode]], name: str) -> Columns:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import random
 
+import msgspec
 import pytest
 
 from dialogsim.engine.diff import Episode, compare, first_difference, render
@@ -65,3 +66,15 @@ def test_two_runs_are_paired_by_scenario_and_trial_and_the_unpaired_are_counted(
     assert success.name == "success" and success.discordant == (1, 1) and success.mcnemar_p == 1.0
     text = render(diff)
     assert "success -> failure" in text and "only in A: e3" in text and "McNemar exact p=1" in text
+
+
+def test_a_fork_pairs_with_its_parent_when_each_is_alone_with_its_scenario():
+    """Episodes left over by (scenario, trial, branch) pair by scenario and trial when each is alone with them;
+    two branches of one scenario stay unpaired against a single mainline."""
+    a = [_episode("e0", "success", [1, 2]), _episode("e1", "success", [1])]
+    fork = _episode("e0-x", "failure", [1, 3], "e0")
+    fork.key = ("e0", 0, "x")
+    two = [msgspec.structs.replace(fork, ep=f"e1-{n}", key=("e1", 0, n)) for n in "yz"]
+    diff = compare("A", a, "B", [fork, *two], resamples=10)
+    assert [(p.a, p.b, p.first_differing_turn) for p in diff.episodes] == [("e0", "e0-x", 1)]
+    assert diff.only_in_a == ["e1"] and diff.only_in_b == ["e1-y", "e1-z"]
