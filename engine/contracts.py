@@ -129,7 +129,9 @@ class ScenarioSet(Protocol):
     ``tools(scenario)`` (none); ``judge(scenario, claims, events) -> str | None`` (none): why the episode's
     events so far (its turns, tool calls and returns, in order) do not back a user's claimed success, None
     when they do (the runner then fails an unbacked episode); ``check_user(spec)`` (any user may play): raise UserError for a user spec that
-    cannot play the set (evalsets need a model-driven user), asked before the user is built.
+    cannot play the set (evalsets need a model-driven user), asked before the user is built; ``branches(events)``
+    (none): the forks (``runner.Branch``) to make of an episode that just ended, given its events, run next in
+    its slot (docs/prefix.md).
     """
 
     name: str

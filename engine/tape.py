@@ -156,15 +156,21 @@ class Tape:
         raise Divergence(i, event_type(first), "type", event_type(first), "an agent step")
 
     def _faults(self, seq: int, who: str) -> tuple[list[FaultReport], int]:
-        """The faults of ``who`` logged from ``seq`` on, and the seq past them."""
+        """The faults of ``who`` logged from ``seq`` on, and the seq past them; events of other types than a step
+        is made of (a type this version does not know, say) are passed over with them, to be taken as logged."""
         events, i, faults = self.events, seq, []
-        while i < self.end and type(events[i]) is Fault and events[i].who == who:
-            faults.append(FaultReport(kind=events[i].kind, detail=events[i].detail, attempt=events[i].attempt))
+        while i < self.end:
+            event = events[i]
+            if type(event) is Fault and event.who == who:
+                faults.append(FaultReport(kind=event.kind, detail=event.detail, attempt=event.attempt))
+            elif type(event) in _STEP_TYPES:
+                break
             i += 1
         return faults, i
 
 
 EMPTY = Tape([])
+_STEP_TYPES = (UserTurn, AgentTurn, ToolCalled, ToolReturned, Fault, EpisodeEnded, EpisodeStarted)
 
 
 class Fork(msgspec.Struct, kw_only=True):
