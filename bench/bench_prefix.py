@@ -139,7 +139,8 @@ def sgd_forks(work: Path, episodes: int, at_turn: int) -> None:
     config = recorded_config(run)
     source = Source(command="fork", run=str(run.path), run_id=run.manifest["run_id"])
     # the parents long enough for the copy are forked both ways
-    short = [e[0].ep for e in _episodes_of(run) if sum(type(x).__name__ in ("UserTurn", "AgentTurn") for x in e) < at_turn]
+    turns = lambda events: sum(type(e).__name__ in ("UserTurn", "AgentTurn") for e in events)
+    short = [e[0].ep for e in _episodes_of(run) if turns(e) < at_turn]
     source.episodes = sorted({e[0].ep for e in _episodes_of(run)} - set(short))
 
     def forks(k: int) -> float:

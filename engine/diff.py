@@ -49,17 +49,11 @@ class Pair(msgspec.Struct, kw_only=True):
     first_differing_turn: int | None
 
 
-class Metric(msgspec.Struct, kw_only=True):
+class Metric(Interval, kw_only=True):
     """A metric's paired comparison: each run's figure, B - A with its bootstrap interval, and for success the
     McNemar exact test on the discordant pairs (b: success in A only, c: in B only)."""
 
     name: str
-    a: float
-    b: float
-    delta: float
-    low: float
-    high: float
-    pairs: int
     mcnemar_p: float | None = None
     discordant: tuple[int, int] | None = None
 

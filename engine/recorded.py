@@ -75,7 +75,9 @@ class RecordedUser:
     def verdict(self) -> Verdict:
         if self.handed_over:
             verdict = getattr(self.live, "verdict", None)
-            return verdict() if verdict is not None else Verdict(outcome="success", reason="the user ended the dialogue")
+            if verdict is not None:
+                return verdict()
+            return Verdict(outcome="success", reason="the user ended the dialogue")
         if self.diverged_at is not None:
             return Verdict(outcome="abandoned", reason=f"diverged at turn {self.diverged_at}")
         if self.ended is None:

@@ -330,7 +330,8 @@ class Batch:
             snapshot = {"id": scenario.id, "kind": scenario.kind, "data": scenario.data}
             parent = parent_run = branch = None
         else:
-            snapshot = msgspec.json.decode(msgspec.json.encode(fork.started.scenario))  # as any reader of the log sees it
+            # the snapshot as any reader of the log sees it (a mainline's is still the scenario's own objects)
+            snapshot = msgspec.json.decode(msgspec.json.encode(fork.started.scenario))
             scenario = Scenario(id=snapshot.get("id", fork.started.scenario_id), kind=snapshot.get("kind", ""),
                                 data=snapshot.get("data", {}))
             trial, seed, branch = fork.started.trial, fork.started.seed, fork.branch
@@ -599,7 +600,8 @@ class _Dialogue:
             _warm(self.agent, self.history)
         return self.agent.respond(obs)
 
-    def agent_step(self, obs: Observation, answer: Any, latency: float) -> Generator[Any, Any, tuple[AgentReply, float]]:
+    def agent_step(self, obs: Observation, answer: Any,
+                   latency: float) -> Generator[Any, Any, tuple[AgentReply, float]]:
         """The agent's turn from an answer that is not a plain reply (a live call, an answer from the tape, tool
         calls or faults): each call is answered after its own modelled latency; reported faults are logged,
         tool calls run and the agent asked again, until it answers without tool calls.

@@ -137,11 +137,12 @@ class Tape:
         first = events[i] if i < end else None
         if type(first) is ToolCalled:
             calls, j = [], i
-            while j < end and events[j].t == first.t and (
-                    type(events[j]) in (ToolCalled, ToolReturned) or (type(events[j]) is Fault and events[j].who == "tool")):
-                if type(events[j]) is ToolCalled:
-                    e = events[j]
-                    calls.append(ToolCall(service=e.service, method=e.method, parameters=e.parameters, call_id=e.call_id))
+            while j < end and events[j].t == first.t and (type(events[j]) in (ToolCalled, ToolReturned) or (
+                    type(events[j]) is Fault and events[j].who == "tool")):
+                e = events[j]
+                if type(e) is ToolCalled:
+                    calls.append(ToolCall(service=e.service, method=e.method, parameters=e.parameters,
+                                          call_id=e.call_id))
                 j += 1
             return TapedReply(tool_calls=calls, faults=faults, t=first.t, after_faults=i, step_end=j)
         if type(first) is AgentTurn:

@@ -46,4 +46,5 @@ def handle(args: argparse.Namespace) -> int:
 def _name(run) -> str:
     config = run.manifest.get("config") or {}
     options = " ".join(f"{k}={v}" for k, v in sorted((config.get("agent_options") or {}).items()))
-    return f"{run.path} ({run.manifest.get('run_id')}, agent {config.get('agent', '?')}{' ' + options if options else ''})"
+    agent = " ".join(x for x in (config.get("agent", "?"), options) if x)
+    return f"{run.path} ({run.manifest.get('run_id')}, agent {agent})"

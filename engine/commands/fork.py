@@ -8,14 +8,11 @@ forks of each episode, each with its own options (``--branch-agent-opt a:KEY=VAL
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
-import msgspec
-
-from ..derive import Source, open_source
 from ..registry import parse_options
-from ..session import recorded_config, start_run
-from .options import add_agent_arguments, add_branch_arguments, agent_options, branches
+from ..session import RunConfig, start_run
+from .options import (add_agent_arguments, add_branch_arguments, add_derived_run_arguments, agent_options, branches,
+                      derived_config)
 from .run import report
 
 
@@ -25,29 +22,22 @@ def configure(p: argparse.ArgumentParser) -> None:
                      "from the log and continues live (episode ids EP-BRANCH; episode_started names the parent).")
     p.add_argument("run_dir", help="the run whose episodes to fork")
     add_branch_arguments(p, default_name="fork")
-    p.add_argument("--episode", action="append", default=[], metavar="EP", help="fork only this episode (repeatable)")
     p.add_argument("--agent", help="the agent from the fork on (default: the run's)")
     p.add_argument("--user", help="the user from the fork on (default: the run's)")
     p.add_argument("--user-opt", action="append", default=[], metavar="KEY=VALUE", help="user option")
     add_agent_arguments(p)
-    p.add_argument("--concurrency", type=int, help="episodes in flight (default: 32, or 4 per live agent slot)")
-    p.add_argument("--durability", choices=["none", "batch", "episode"], help="as for run (default: the run's)")
-    p.add_argument("--out", required=True, help="run directory to create (must be absent or empty)")
-    p.add_argument("--no-progress", action="store_true", help="no progress display")
+    add_derived_run_arguments(p)
     p.set_defaults(handler=handle)
 
 
 def handle(args: argparse.Namespace) -> int:
-    source = open_source(args.run_dir)
-    config = recorded_config(source)
-    user_options = parse_options(args.user_opt, "--user-opt")
-    derived = msgspec.structs.replace(
-        config, agent=args.agent or config.agent,
-        agent_options=agent_options(args) if args.agent else {**config.agent_options, **agent_options(args)},
-        user=args.user or config.user,
-        user_options=user_options if args.user else {**config.user_options, **user_options},
-        concurrency=args.concurrency, branches=branches(args, default_name="fork"),
-        durability=args.durability or config.durability,
-        source=Source(command="fork", run=str(Path(source.path).resolve()), run_id=source.manifest["run_id"],
-                      episodes=args.episode))
-    return report(start_run(args.out, derived, progress=not args.no_progress))
+    user_options, own_agent_options = parse_options(args.user_opt, "--user-opt"), agent_options(args)
+    forks = branches(args, default_name="fork")
+
+    def changes(recorded: RunConfig) -> dict:
+        """The fork's user and agent (the run's unless named) with its options (added to the run's, if so)."""
+        return dict(agent=args.agent or recorded.agent, user=args.user or recorded.user, branches=forks,
+                    agent_options=own_agent_options if args.agent else {**recorded.agent_options, **own_agent_options},
+                    user_options=user_options if args.user else {**recorded.user_options, **user_options})
+
+    return report(start_run(args.out, derived_config(args, "fork", changes), progress=not args.no_progress))

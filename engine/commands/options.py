@@ -1,14 +1,20 @@
 """Command-line options shared by the commands that run episodes (``run``, ``replay``, ``fork``): the agent's
-flags and the branches of a fork."""
+flags, the branches of a fork, and the run a derived run writes."""
 
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
+import msgspec
+
+from ..derive import Source, open_source
 from ..errors import UserError
 from ..registry import parse_options
 from ..runner import Branch
+from ..session import RunConfig, recorded_config
 
 # agent options set by their own flags, to name the flag in an error
 AGENT_FLAGS = {"model": "--agent-model", "concurrency": "--agent-concurrency", "total_timeout": "--agent-timeout",
@@ -83,3 +89,25 @@ def branches(args: argparse.Namespace, default_name: str | None) -> list[Branch]
             else:
                 fields[name][key] = rest
     return [Branch(name=name, at_turn=args.at_turn, **fields[name]) for name in names]
+
+
+def add_derived_run_arguments(p: argparse.ArgumentParser) -> None:
+    """The options of a run made from another (``replay``, ``fork``): where it goes and how it runs."""
+    p.add_argument("--episode", action="append", default=[], metavar="EP",
+                   help="only this episode of the source run (repeatable)")
+    p.add_argument("--concurrency", type=int, help="episodes in flight (default: 32, or 4 per live agent slot)")
+    p.add_argument("--durability", choices=["none", "batch", "episode"], help="as for run (default: the run's)")
+    p.add_argument("--out", required=True, help="run directory to create (must be absent or empty)")
+    p.add_argument("--no-progress", action="store_true", help="no progress display")
+
+
+def derived_config(args: argparse.Namespace, command: str,
+                   changes: Callable[[RunConfig], dict[str, Any]]) -> RunConfig:
+    """The config of a run made from ``args.run_dir`` by ``command``: the source's recorded config with
+    ``changes(config)``, the options of ``add_derived_run_arguments`` and the source named."""
+    run = open_source(args.run_dir)
+    config = recorded_config(run)
+    source = Source(command=command, run=str(Path(run.path).resolve()), run_id=run.manifest["run_id"],
+                    episodes=args.episode)
+    return msgspec.structs.replace(config, concurrency=args.concurrency, source=source,
+                                   durability=args.durability or config.durability, **changes(config))

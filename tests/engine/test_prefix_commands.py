@@ -83,10 +83,12 @@ def test_a_replay_against_the_same_agent_gives_the_same_episodes_and_names_its_s
     run_id = json.loads((sgd_run / "manifest.json").read_text())["run_id"]
     for events in read_episodes(out):
         started, parent = events[0], source[events[0].ep]
-        assert (started.parent.ep, started.parent.seq, started.parent_run, started.branch) == (started.ep, 1, run_id, None)
+        assert (started.parent.ep, started.parent.seq, started.parent_run, started.branch) == (
+            started.ep, 1, run_id, None)
         assert (started.scenario, started.seed) == (parent[0].scenario, parent[0].seed)
         assert events[-1].outcome == parent[-1].outcome
-        assert [getattr(e, "utterance", None) for e in events[1:]] == [getattr(e, "utterance", None) for e in parent[1:]]
+        said = lambda episode: [getattr(e, "utterance", None) for e in episode[1:]]
+        assert said(events) == said(parent)
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["config"]["source"]["command"] == "replay" and manifest["config"]["source"]["run_id"] == run_id
     assert cli(capsys, "verify", out, "--no-progress")[1] == "verified 40/40\n"

@@ -25,7 +25,8 @@ def test_first_difference_names_the_path_and_both_values():
     a, b = _turn(1, 2.0), _turn(1, 2.0)
     b.frames[0].actions[0].values = ["Lima"]
     assert first_difference(a, b) == ("frames[0].actions[0].values[0]", "Paris", "Lima")
-    assert first_difference(a, msgspec.structs.replace(a, wall=99)) == ("(value)", a, msgspec.structs.replace(a, wall=99))
+    other_wall = msgspec.structs.replace(a, wall=99)
+    assert first_difference(a, other_wall) == ("(value)", a, other_wall)  # nothing but the wall clock differs
     c = msgspec.structs.replace(a, reaction={"x": 1})
     assert first_difference(c, msgspec.structs.replace(a, reaction={"x": 2})) == ("reaction['x']", 1, 2)
 
@@ -91,4 +92,5 @@ def test_a_fork_at_turn_k_copies_the_first_k_turns_with_their_tool_events():
     ref, run = fork_at_turn(events, 1, "b").ref("other")
     assert (ref.ep, ref.seq, run) == ("e", 2, "r")
     copies = fork_at_turn(events, 2, "b").copies("new", "f", 10.0)
-    assert [(e.run, e.ep, e.seq, e.t, e.wall) for e in copies[:2]] == [("new", "f", 1, 11.0, 7), ("new", "f", 2, 11.2, 7)]
+    assert [(e.run, e.ep, e.seq, e.t, e.wall) for e in copies[:2]] == [("new", "f", 1, 11.0, 7),
+                                                                       ("new", "f", 2, 11.2, 7)]
