@@ -198,3 +198,57 @@ def test_a_run_killed_with_sigkill_and_resumed_verifies_and_equals_an_uninterrup
                 for events in read_episodes(run)}
 
     assert by_episode(out) == by_episode(whole)
+
+
+def test_branches_in_the_same_run_verify_and_resume(tmp_path, capsys):
+    """run --branches a,b --at-turn 1 with b's own agent option: each of 6 episodes is followed by its two branches
+    in the same run (18 episodes); the run verifies, and resuming it changes nothing."""
+    out = tmp_path / "branched"
+    status, stdout, _ = cli(capsys, "run", "--episodes", "6", "--seed", "2", "--branches", "a,b", "--at-turn", "1",
+                            "--branch-agent-opt", "b:listen=text", "--out", out, "--no-progress")
+    assert status == 0 and "completed: 18 episodes" in stdout
+    started = {e.ep: e for e in read_events(out) if event_type(e) == "episode_started"}
+    assert sorted(started) == sorted(f"e{i:06d}{b}" for i in range(6) for b in ("", "-a", "-b"))
+    assert all((s.parent.ep, s.parent.seq, s.branch) == (ep[:7], 2, ep[8:]) for ep, s in started.items() if s.branch)
+    assert cli(capsys, "verify", out, "--no-progress")[1] == "verified 18/18\n"
+    before = (out / "events" / "shard-000.jsonl").read_bytes()
+    assert "completed: 18 episodes" in cli(capsys, "run", "--resume", out, "--no-progress")[1]
+    after = (out / "events" / "shard-000.jsonl").read_bytes()
+    assert after.startswith(before) and after[len(before):].count(b"\n") == 2  # run_started and run_ended only
+
+
+class _Branching:
+    """The built-in scenarios, with a branch of every episode that has a tool call (the scenario set's hook)."""
+
+    def __init__(self):
+        from dialogsim.scenarios.builtin import BuiltinScenarios
+
+        self.inner = BuiltinScenarios()
+        self.name, self.default_user, self.default_agent = "branching", "scripted", "scripted"
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+    def branches(self, events):
+        from dialogsim.engine.runner import Branch
+
+        called = any(event_type(e) == "tool_called" for e in events)
+        return [Branch(name="again", at_turn=2)] if called else []
+
+
+def test_a_scenario_set_asks_for_branches_of_its_episodes(tmp_path, capsys):
+    """A scenario set's branches(events) is asked when each episode ends: here only episodes that called a tool
+    get a branch, which copies their first two turns and plays the rest again as the mainline did."""
+    from dialogsim.engine import registry
+
+    registry.register("scenarios", "branching", lambda arg: _Branching())
+    out = tmp_path / "hooked"
+    status, stdout, _ = cli(capsys, "run", "--scenarios", "branching", "--episodes", "6", "--out", out,
+                            "--no-progress")
+    episodes = {events[0].ep: events for events in read_episodes(out)}
+    assert status == 0 and sorted(episodes) == ["e000000", "e000000-again", "e000001", "e000001-again", "e000002",
+                                                 "e000003", "e000003-again", "e000004", "e000004-again", "e000005"]
+    mainline, branch = episodes["e000001"], episodes["e000001-again"]
+    said = lambda events: [getattr(e, "utterance", None) for e in events[1:]]
+    assert said(branch) == said(mainline) and branch[0].parent.seq == 5
+    assert cli(capsys, "verify", out, "--no-progress")[1] == "verified 10/10\n"
