@@ -127,7 +127,7 @@ def live_agent(delay_ms: float, episodes: int, at_turn: int) -> None:
         proc.kill()
         proc.wait()
     make = lambda: ScriptedAgent(AGENT)
-    parents = parents_of(make, episodes * 5)
+    parents = parents_of(make, episodes * 25)  # in process they are quick: more of them, to measure
     fork_comparison("scripted user and agent (warm)", lambda: batch_forks(make, parents, 0),
                     lambda: batch_forks(make, parents, at_turn))
 
