@@ -29,7 +29,8 @@ def recorded_calls(events: Iterable[Any], role: str) -> dict[str, ModelCall]:
     """The model calls of ``role`` among an episode's logged events, by request digest (the first of each)."""
     lines = getattr(events, "lines", None)
     if lines is not None:  # a tape of raw lines (engine/tape.py's RawEpisode): decode only what may be a call
-        events = (events[seq] if b'"model_called"' in line or b'"fault"' in line else None
+        raw = events
+        events = (raw[seq] if b'"model_called"' in line or b'"fault"' in line else None
                   for seq, line in enumerate(lines))
     out: dict[str, ModelCall] = {}
     faults: list[FaultReport] = []

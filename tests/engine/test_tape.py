@@ -1,15 +1,16 @@
 """Tapes: where a re-run event differs (named), encodings compared, agent answers read back one call at a time,
-forks at a turn."""
+steps read back with their model calls, recorded calls by digest, forks at a turn."""
 
 from __future__ import annotations
 
 import msgspec
 import pytest
 
+from dialogsim.engine.calls import RecordedCalls, recorded_calls, reused
 from dialogsim.engine.codec import encode
-from dialogsim.engine.events import Act, AgentTurn, EpisodeEnded, EpisodeStarted, Fault, Frame, ToolCalled, \
-    ToolReturned, UserTurn
-from dialogsim.engine.tape import Divergence, RawEpisode, Tape, TapedFailure, first_difference, fork_at_turn
+from dialogsim.engine.events import Act, AgentTurn, EpisodeEnded, EpisodeStarted, Fault, Frame, ModelCalled, \
+    ToolCalled, ToolReturned, Usage, UserTurn
+from dialogsim.engine.tape import MISSING, Divergence, RawEpisode, Tape, TapedFailure, first_difference, fork_at_turn
 
 ENV = dict(run="r", ep="e", wall=7)
 
@@ -94,3 +95,56 @@ def test_a_fork_at_turn_k_copies_the_first_k_turns_with_their_tool_events():
     copies = fork_at_turn(events, 2, "b").copies("new", "f", 10.0)
     assert [(e.run, e.ep, e.seq, e.t, e.wall) for e in copies[:2]] == [("new", "f", 1, 11.0, 7),
                                                                        ("new", "f", 2, 11.2, 7)]
+
+
+def _called(seq, t, role, digest, **kw):
+    return ModelCalled(seq=seq, t=t, role=role, model="m", digest=digest, content=f"answer {digest}", **ENV, **kw)
+
+
+def test_a_steps_model_calls_are_read_back_with_it_each_after_its_failed_attempts():
+    """A model user's turn after a failed attempt and its call, then an agent's tool round and turn each after its
+    own call: each step reads back with its calls (faults attached to the call they preceded) and the user's usage,
+    cost and inferred mark; a tape that ends between a call and its step is MISSING that step (asked again)."""
+    usage = Usage(input_tokens=5, output_tokens=2)
+    events = [EpisodeStarted(seq=0, t=0.0, scenario_id="s", seed=1, **ENV),
+              Fault(seq=1, t=1.0, who="user", kind="http_status", detail="500", attempt=1, **ENV),
+              _called(2, 1.0, "user", "u1", attempt=2, usage=usage, cost=0.5),
+              _turn(3, 1.0, inferred=True, usage=usage, cost=0.5),
+              _called(4, 1.3, "agent", "a1"),
+              ToolCalled(seq=5, t=1.3, call_id="a", service="S", method="M", **ENV),
+              ToolReturned(seq=6, t=1.3, call_id="a", results=[], **ENV),
+              _called(7, 1.6, "agent", "a2"),
+              _turn(8, 1.6, cls=AgentTurn, latency=0.6)]
+    tape = Tape(events)
+    said = tape.user_step(1)
+    assert (said.utterance, said.t, said.step_end, said.usage, said.cost, said.inferred) == ("hi", 1.0, 4, usage, 0.5,
+                                                                                            True)
+    assert [(c.digest, c.attempt, [f.detail for f in c.faults]) for c in said.model_calls] == [("u1", 2, ["500"])]
+    rounds = tape.agent_step(4)
+    assert [c.digest for c in rounds.model_calls] == ["a1"] and (rounds.after_faults, rounds.step_end) == (5, 7)
+    turn = tape.agent_step(7)
+    assert [c.content for c in turn.model_calls] == ["answer a2"] and (turn.after_faults, turn.step_end) == (8, 9)
+    assert Tape(events[:3]).user_step(1) is MISSING and Tape(events[:8]).agent_step(7) is None
+
+
+@pytest.mark.parametrize("raw", [False, True], ids=["decoded", "raw lines"])
+def test_recorded_calls_are_read_by_digest_with_their_own_faults(raw):
+    """A role's calls by digest, each with the faults logged just before it (a fault the step reported, followed by
+    other events, is not a call's); from raw lines, only the lines that may be calls are decoded; a replay's reuse
+    is marked cached and costs nothing."""
+    events = [EpisodeStarted(seq=0, t=0.0, scenario_id="s", seed=1, **ENV),
+              Fault(seq=1, t=1.0, who="user", kind="timeout", attempt=1, **ENV),
+              _called(2, 1.0, "user", "u1", attempt=2, cost=0.25), _turn(3, 1.0),
+              Fault(seq=4, t=1.4, who="user", kind="exception", **ENV), _turn(5, 1.4, cls=AgentTurn),
+              _called(6, 2.0, "user", "u2"), _called(7, 2.0, "agent", "a1"), _turn(8, 2.0)]
+    tape = RawEpisode([encode(e) for e in events]) if raw else events
+    calls = RecordedCalls(tape, "user")
+    if raw:
+        assert tape.decoded[3] is None  # not read until asked
+    assert list(calls) == ["u1", "u2"] and calls.get("a1") is None
+    assert [f.kind for f in calls["u1"].faults] == ["timeout"] and calls["u2"].faults == []
+    if raw:
+        assert [i for i, e in enumerate(tape.decoded) if e is not None] == [1, 2, 4, 6, 7]
+    reused_ = reused(recorded_calls(events, "user"))
+    assert (reused_["u1"].cached, reused_["u1"].cost, reused_["u1"].attempt, reused_["u1"].faults) == (True, 0.0, 1, [])
+    assert reused_["u2"].cost is None
