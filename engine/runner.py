@@ -372,14 +372,27 @@ class Batch:
         (kind, reason, reward), turns = yield from self._dialogue(rec, scenario, seed, cast, started, copies, offered)
         if rec.t > env._now:  # simpy's clock up to the episode's end (env._now is env.now without its property)
             yield env.timeout(rec.t - env._now)
-        ended = rec.record(EpisodeEnded(run=run_id, ep=ep, seq=rec.seq, t=rec.t, wall=_now_ns(), outcome=kind,
-                                        reason=reason, turns=turns, reward=reward, usage=rec.usage))
+        try:
+            ended = rec.record(EpisodeEnded(run=run_id, ep=ep, seq=rec.seq, t=rec.t, wall=_now_ns(), outcome=kind,
+                                            reason=reason, turns=turns, reward=reward, usage=rec.usage))
+        except Divergence as exc:  # the re-run ended otherwise than its log: that end, after a divergence fault
+            ended = self._diverged_end(rec, exc, turns)
         self.sink.episode_done()
         if self.on_episode_end is not None:
             self.on_episode_end(ended)
         if rec.kept is not None:
             kept, rec.kept = rec.kept, None
             yield from self._branches(job.index, ep, kept)
+
+    def _diverged_end(self, rec: _Recorder, exc: Divergence, turns: int) -> EpisodeEnded:
+        """Record the end of an episode whose re-run reached its end otherwise than the log did, after the log."""
+        self.diverged[rec.ep] = exc
+        rec.diverged()
+        error = _episode_error(exc)
+        for f in error.faults:
+            rec.emit(Fault, who=error.who, kind=f.kind, detail=f.detail, attempt=f.attempt)
+        return rec.record(EpisodeEnded(run=rec.run, ep=rec.ep, seq=rec.seq, t=rec.t, wall=_now_ns(), outcome="error",
+                                       reason=error.reason, turns=turns, usage=rec.usage))
 
     def _branches(self, index: int, ep: str, events: list[Event]) -> Generator[Any, Any, None]:
         """The branches ``plan`` forks an ended episode into, one after the other in its slot."""
@@ -831,8 +844,11 @@ class _Dialogue:
         else:
             turns = sum(1 for e in self.history if type(e) is UserTurn or type(e) is AgentTurn)
         error = _episode_error(exc)
-        for f in error.faults:
-            rec.emit(Fault, who=error.who, kind=f.kind, detail=f.detail, attempt=f.attempt)
+        try:
+            for f in error.faults:
+                rec.emit(Fault, who=error.who, kind=f.kind, detail=f.detail, attempt=f.attempt)
+        except Divergence as diverged:  # the log does not hold this failure (a re-run failed where the log did not)
+            return self.failed(diverged)
         return ("error", error.reason, {}), turns
 
 

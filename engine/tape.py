@@ -35,8 +35,13 @@ class Divergence(Exception):
     """A re-run of a logged episode produced another event than the log holds: where, and both values."""
 
     def __init__(self, seq: int, kind: str, field: str, logged: Any, rerun: Any) -> None:
+        # All in args: simpy re-raises a failed process's exception as type(exc)(*exc.args).
+        super().__init__(seq, kind, field, logged, rerun)
         self.seq, self.kind, self.field, self.logged, self.rerun = seq, kind, field, logged, rerun
-        super().__init__(f"event {seq} ({kind}) differs at {field}: logged {_shown(logged)}, re-run {_shown(rerun)}")
+
+    def __str__(self) -> str:
+        return (f"event {self.seq} ({self.kind}) differs at {self.field}: logged {_shown(self.logged)}, "
+                f"re-run {_shown(self.rerun)}")
 
 
 class TapedFailure(Exception):

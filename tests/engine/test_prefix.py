@@ -280,3 +280,51 @@ def test_a_recorded_user_plays_back_while_the_agent_is_compatible_then_leaves_or
     live, _ = _run([Job(0, ep="l", fork=Fork(started=started),
                         cast=Cast(lambda: RecordedUser(events, _Live()), other))])
     assert live.transcript("l")[4] == ("user", "Okay, bye.") and live.outcomes() == {"l": "success"}
+
+
+def test_a_batch_stopped_from_starting_passes_over_new_episodes_and_branches_then_resumes_exactly():
+    """stop_starting() (a spent budget) after the second mainline ends: the episodes in flight end, no new mainline
+    or branch starts (each counted in ``left``), and resuming from that log gives the uninterrupted run's events."""
+    kw = dict(plan=_plan, cast_of=_cast_of, concurrency=2)
+    full, _ = _run([Job(i) for i in range(8)], **kw)
+    log = MemoryLog()
+    batch = Batch(run_id="r", scenarios=BuiltinScenarios(), make_user=ScriptedUser, make_agent=ScriptedAgent, sink=log,
+                  settings=_settings(concurrency=2), plan=_plan, cast_of=_cast_of,
+                  on_episode_end=lambda e: batch.stop_starting() if e.ep == "e000001" else None)
+    asyncio.run(batch.run([Job(i) for i in range(8)]))
+    stopped = _by_episode(log)
+    # e000000 and e000001 run at once; e000000's branches had started in its slot when e000001 ended
+    assert sorted(stopped) == ["e000000", "e000000-same", "e000000-short", "e000001"]
+    assert batch.left == 6 + 2  # the mainlines not started, and e000001's branches (those of the rest are unknown)
+    assert all(type(log.episode(ep)[-1]) is EpisodeEnded for ep in stopped)
+    assert {ep: events for ep, events in _by_episode(full).items() if ep in stopped} == stopped
+    ends = {ep: log.episode(ep)[-1].t for ep in stopped}
+    resumed, again = _run([Job(i) for i in range(8)], logged=Logged(ends, {ep: log.episode(ep) for ep in ends}), **kw)
+    assert not again.diverged and again.left == 0
+    assert _by_episode(list(log) + list(resumed)) == _by_episode(full)
+
+
+class _Failing(ScriptedUser):
+    """A user that fails at its second turn (where its log has a turn)."""
+
+    def respond(self, agent):
+        if agent is not None:
+            raise RuntimeError("boom")
+        return super().respond(agent)
+
+
+def test_a_rerun_that_fails_or_ends_otherwise_than_its_log_is_a_divergence_not_a_crash():
+    """Checked against their logs, an episode whose user now fails where it spoke, and one whose logged outcome was
+    edited, each end with a divergence naming the event; the batch runs on."""
+    full, _ = _run([Job(i) for i in range(3)])
+    ends = {e.ep: e.t for e in full.of_type("episode_ended")}
+    episodes = {ep: full.episode(ep) for ep in ends}
+    _, batch = _run([Job(i) for i in range(3)], make_user=_Failing, logged=Logged(ends, episodes, check=ends))
+    assert set(batch.diverged) == set(ends)
+    assert {(d.field, d.logged, d.rerun) for d in batch.diverged.values()} == {("type", "user_turn", "fault")}
+    edited = dict(episodes, e000001=episodes["e000001"][:-1] + [
+        msgspec.structs.replace(episodes["e000001"][-1], outcome="failure")])
+    _, batch = _run([Job(i) for i in range(3)], logged=Logged(ends, edited, check=ends))
+    assert list(batch.diverged) == ["e000001"]
+    d = batch.diverged["e000001"]
+    assert (d.kind, d.field, d.logged, d.rerun) == ("episode_ended", "outcome", "failure", "success")
