@@ -214,9 +214,9 @@ class ModelCalled(Event, tag="model_called", kw_only=True):
     the transport field ``stream``; headers, and so API keys, are never part of it); ``content`` and
     ``tool_calls`` are the answer's message; ``usage`` what the server reported and ``cost`` its price (None
     without a price table); ``attempt`` the attempt that succeeded (the failed ones before it are ``fault``
-    events); ``cached`` true when the answer came from the llm cache (``--llm-cache``) instead of the
-    network. A resumed episode answers a request whose digest its log holds from this event, never from
-    the model (docs/llm.md).
+    events); ``cached`` true when the answer came from the llm cache (``--llm-cache``), or in a replay from
+    the source episode's log, instead of the network. A resumed or verified episode answers a request whose
+    digest its log holds from this event, never from the model (docs/llm.md).
     """
 
     role: str

@@ -421,7 +421,7 @@ class Batch:
             rec.flush()
         except Exception as exc:  # a bug in a user, agent or world must not sink the batch
             outcome, turns = dialogue.failed(exc)
-        if dialogue.meter is not None or rec.tape.end:  # usage reported, or a logged prefix: its usage, if any
+        if dialogue.meter is not None:  # a model call or a turn's usage was reported (read back ones too)
             rec.usage = dialogue.usage()
         return outcome, turns
 

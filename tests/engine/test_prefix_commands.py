@@ -252,3 +252,22 @@ def test_a_scenario_set_asks_for_branches_of_its_episodes(tmp_path, capsys):
     said = lambda events: [getattr(e, "utterance", None) for e in events[1:]]
     assert said(branch) == said(mainline) and branch[0].parent.seq == 5
     assert cli(capsys, "verify", out, "--no-progress")[1] == "verified 10/10\n"
+
+
+def test_fields_added_later_are_left_out_of_the_record_while_empty():
+    """branches, source, max_cost and llm_cache are left out of a config's record, and so of its run id, while
+    empty: a config of the fields an older version had keeps its run id; given, each is recorded."""
+    from dialogsim.engine.runner import Branch
+    from dialogsim.engine.seeding import stable_hash
+    from dialogsim.engine.session import config_record, run_id_for
+
+    plain = RunConfig(scenarios="builtin", user="scripted", agent="scripted", episodes=3, concurrency=32)
+    older = {"scenarios": "builtin", "user": "scripted", "agent": "scripted", "episodes": 3, "seed": 0,
+             "concurrency": 32, "max_turns": 50, "think": "uniform:1,4", "latency": "uniform:0.2,0.8", "arrivals": "all",
+             "durability": "episode", "user_options": {}, "agent_options": {}}
+    assert config_record(plain) == older
+    assert run_id_for(plain) == f"run-{stable_hash(json.dumps(older, sort_keys=True)):016x}"
+    given = msgspec.structs.replace(plain, max_cost=2.5, llm_cache="/tmp/cache", branches=[Branch(name="b", at_turn=1)])
+    record = config_record(given)
+    assert (record["max_cost"], record["llm_cache"], record["branches"][0]["name"]) == (2.5, "/tmp/cache", "b")
+    assert "source" not in record and run_id_for(given) != run_id_for(plain)
