@@ -12,7 +12,7 @@ from dialogsim.agents.http.testing import STATS, faulty_app, serve_in_thread
 from dialogsim.engine.events import EpisodeEnded, EpisodeStarted, ModelCalled
 from dialogsim.engine.log import read_episodes
 from dialogsim.engine.registry import agent_factory, load_scenarios
-from dialogsim.engine.session import RunConfig, start_run
+from dialogsim.engine.session import RunConfig, resume_run, start_run
 from dialogsim.engine.verify import verify_run
 from dialogsim.users.testing import REQUESTS, user_model_app
 
@@ -119,3 +119,25 @@ def test_a_replay_against_the_same_agent_answers_the_model_user_from_its_source(
         assert calls and all(c.cached and c.cost == 0.0 for c in calls)
         assert [c.digest for c in calls] == [c.digest for c in logged[ep] if type(c) is ModelCalled]
         assert events[-1].outcome == logged[ep][-1].outcome
+
+
+@pytest.mark.slow
+def test_a_log_cut_after_an_agent_call_resumes_asking_neither_model_for_what_it_holds(servers, tmp_path):
+    """A crash right after an OpenAI agent's model_called event (before its tool calls or turn): the resume answers
+    that call from the log (the agent is asked again, its request recorded) and the user's from theirs; each model
+    gets exactly the requests of the events the log did not hold, and the run verifies."""
+    run = _run(tmp_path / "run", servers, "openai", episodes=4)
+    shard = run / "events" / "shard-000.jsonl"
+    lines = shard.read_bytes().splitlines(keepends=True)
+    agent_calls = [i for i, line in enumerate(lines) if b'"model_called"' in line and b'"role":"agent"' in line]
+    kept = lines[:agent_calls[len(agent_calls) // 2] + 1]
+    shard.write_bytes(b"".join(kept))
+    logged = {(e["ep"], e["seq"]) for e in map(json.loads, kept)}
+    before = _sent(servers)
+    assert resume_run(run, progress=False).status == "completed"
+    new = [e for ep in read_episodes(run) for e in ep if type(e) is ModelCalled and (e.ep, e.seq) not in logged]
+    sent = _sent(servers)
+    assert (sent[0] - before[0], sent[1] - before[1]) == (sum(e.role == "user" for e in new),
+                                                          sum(e.role == "agent" for e in new))
+    assert not [e for ep in read_episodes(run) for e in ep if type(e).__name__ == "Fault"]
+    assert verify_run(run, progress=False).diverged == {}
