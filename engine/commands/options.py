@@ -157,6 +157,6 @@ def derived_config(args: argparse.Namespace, command: str,
     config = recorded_config(run)
     source = Source(command=command, run=str(Path(run.path).resolve()), run_id=run.manifest["run_id"],
                     episodes=args.episode)
+    own = {"max_cost": None, "llm_cache": None, **model_settings(args)}  # not the source run's
     return msgspec.structs.replace(config, concurrency=args.concurrency, source=source,
-                                   durability=args.durability or config.durability, max_cost=None, llm_cache=None,
-                                   **{**model_settings(args), **changes(config)})
+                                   durability=args.durability or config.durability, **own, **changes(config))

@@ -263,8 +263,8 @@ def test_fields_added_later_are_left_out_of_the_record_while_empty():
 
     plain = RunConfig(scenarios="builtin", user="scripted", agent="scripted", episodes=3, concurrency=32)
     older = {"scenarios": "builtin", "user": "scripted", "agent": "scripted", "episodes": 3, "seed": 0,
-             "concurrency": 32, "max_turns": 50, "think": "uniform:1,4", "latency": "uniform:0.2,0.8", "arrivals": "all",
-             "durability": "episode", "user_options": {}, "agent_options": {}}
+             "concurrency": 32, "max_turns": 50, "think": "uniform:1,4", "latency": "uniform:0.2,0.8",
+             "arrivals": "all", "durability": "episode", "user_options": {}, "agent_options": {}}
     assert config_record(plain) == older
     assert run_id_for(plain) == f"run-{stable_hash(json.dumps(older, sort_keys=True)):016x}"
     given = msgspec.structs.replace(plain, max_cost=2.5, llm_cache="/tmp/cache", branches=[Branch(name="b", at_turn=1)])

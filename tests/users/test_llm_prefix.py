@@ -34,7 +34,8 @@ def _run(out: Path, servers: dict, agent: str, episodes: int = 6) -> Path:
     """A run of the llm user against ``agent`` ("schema" in process, or "openai" over the module's server)."""
     config = RunConfig(user=f"llm:{servers['user_url']}", user_options=PRICED, episodes=episodes, seed=2,
                        agent="schema" if agent == "schema" else f"openai:{servers['agent_url']}",
-                       agent_options={} if agent == "schema" else {"model": "schema", "price_in_per_1k": "0.1"})
+                       agent_options={} if agent == "schema" else {"model": "schema", "price_in_per_1k": "0.1"},
+                       max_cost=None if agent == "schema" else 1000.0)
     result = start_run(out, config, progress=False)
     assert result.status == "completed", result
     return out
@@ -71,10 +72,11 @@ def test_a_fork_asks_no_model_for_its_copied_turns_and_leaves_their_cost_to_its_
                                                                                       tmp_path, capsys):
     """fork --at-turn 3 of an llm-user run (the user's opening, the agent's answer, the user's second turn): the
     models are asked only for what comes after (each of the user's requests holds the copied conversation), the
-    fork's usage counts only its own calls, and the fork verifies with the user's server still up but unasked."""
+    fork's usage counts only its own calls, its budget is its own, and it verifies asking no model."""
     source, out = model_runs[agent], tmp_path / "fork"
     before = _sent(servers)
-    status, stdout, err = cli(capsys, "fork", source, "--at-turn", "3", "--user-price", "1,4", "--out", out,
+    budget = ["--max-cost", "50"] if agent == "schema" else []  # the source's budget is not the fork's
+    status, stdout, err = cli(capsys, "fork", source, "--at-turn", "3", "--user-price", "1,4", *budget, "--out", out,
                               "--no-progress")
     assert status == 0, err
     user_requests = servers["user"][REQUESTS][before[0]:]
@@ -95,7 +97,7 @@ def test_a_fork_asks_no_model_for_its_copied_turns_and_leaves_their_cost_to_its_
             assert ended.usage["user"].calls == len(own)
             assert ended.usage["user"].cost == pytest.approx(sum(e.cost for e in own))
     config = json.loads((out / "manifest.json").read_text())["config"]
-    assert config["user_options"]["price_out_per_1k"] == 4.0 and "max_cost" not in config
+    assert config["user_options"]["price_out_per_1k"] == 4.0 and config.get("max_cost") == (50.0 if budget else None)
     between = _sent(servers)
     assert verify_run(out, progress=False).diverged == {}
     assert _sent(servers) == between
