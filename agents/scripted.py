@@ -8,6 +8,7 @@ from typing import Any
 import msgspec
 
 from ..engine.contracts import AgentReply, EpisodeContext, Observation, ToolCall
+from ..engine.events import AgentTurn
 from ..engine.memo import IdentityMemo
 
 _FIELD = re.compile(r"\{(\w+)\}")
@@ -36,6 +37,10 @@ class ScriptedAgent:
         source = self._fixed if self._fixed is not None else ctx.scenario.data.get("agent", [])
         self.lines, self.replies = _prepare(source)
         self.answered = 0
+
+    def warm(self, history: list[Any]) -> None:
+        """Take a logged episode's turns as its own (a fork's copied prefix): the lines said so far are skipped."""
+        self.answered = sum(1 for e in history if type(e) is AgentTurn)
 
     def respond(self, obs: Observation) -> AgentReply:
         i = self.answered

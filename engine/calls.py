@@ -2,14 +2,17 @@
 
 A participant that calls a model reports each call on its reply (``contracts.ModelCall``); the runner logs it
 as a ``model_called`` event before the step it produced. ``recorded_calls`` reads them back from a logged
-prefix, so that a resumed or re-run episode answers those requests from the log instead of the model.
+prefix, so that a resumed, verified or forked episode answers those requests from the log instead of the model
+(``RecordedCalls``, lazily; ``reused``, a replay's user answered from its source episode).
 ``UsageMeter`` sums an episode's usage and cost per role; ``add_usage`` sums episodes into a run's totals.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
+
+import msgspec
 
 from .contracts import FaultReport, ModelCall
 from .events import AgentTurn, Fault, ModelCalled, RoleUsage, Usage, UserTurn
@@ -24,6 +27,11 @@ def model_call(event: ModelCalled, faults: list[FaultReport]) -> ModelCall:
 
 def recorded_calls(events: Iterable[Any], role: str) -> dict[str, ModelCall]:
     """The model calls of ``role`` among an episode's logged events, by request digest (the first of each)."""
+    lines = getattr(events, "lines", None)
+    if lines is not None:  # a tape of raw lines (engine/tape.py's RawEpisode): decode only what may be a call
+        raw = events
+        events = (raw[seq] if b'"model_called"' in line or b'"fault"' in line else None
+                  for seq, line in enumerate(lines))
     out: dict[str, ModelCall] = {}
     faults: list[FaultReport] = []
     for event in events:
@@ -35,6 +43,45 @@ def recorded_calls(events: Iterable[Any], role: str) -> dict[str, ModelCall]:
             out.setdefault(event.digest, model_call(event, faults))
         faults = []
     return out
+
+
+class RecordedCalls(Mapping[str, ModelCall]):
+    """``recorded_calls(events, role)`` read when first asked for (most participants never ask), on top of
+    ``offered`` calls (a replay's: see ``reused``)."""
+
+    __slots__ = ("events", "role", "offered", "calls")
+
+    def __init__(self, events: Iterable[Any], role: str, offered: Mapping[str, ModelCall] | None = None) -> None:
+        self.events, self.role, self.offered = events, role, offered
+        self.calls: dict[str, ModelCall] | None = None
+
+    def _read(self) -> dict[str, ModelCall]:
+        calls = self.calls
+        if calls is None:
+            calls = dict(self.offered or {})
+            calls.update(recorded_calls(self.events, self.role))
+            self.calls, self.events = calls, ()
+        return calls
+
+    def get(self, digest: str, default: Any = None) -> Any:
+        return self._read().get(digest, default)
+
+    def __getitem__(self, digest: str) -> ModelCall:
+        return self._read()[digest]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._read())
+
+    def __len__(self) -> int:
+        return len(self._read())
+
+
+def reused(calls: Mapping[str, ModelCall]) -> dict[str, ModelCall]:
+    """Another episode's calls offered to a new one (a replay's user): the same request gets the logged answer,
+    marked ``cached`` as nothing was spent on it now (cost 0, or None without a price; no failed attempts)."""
+    return {digest: msgspec.structs.replace(call, cached=True, cost=None if call.cost is None else 0.0, faults=[],
+                                            attempt=1)
+            for digest, call in calls.items()}
 
 
 def _add(totals: dict[str, RoleUsage], role: str, calls: int, cached: int, input_tokens: int, output_tokens: int,

@@ -164,7 +164,9 @@ class ScenarioSet(Protocol):
     ``tools(scenario)`` (none); ``judge(scenario, claims, events) -> str | None`` (none): why the episode's
     events so far (its turns, tool calls and returns, in order) do not back a user's claimed success, None
     when they do (the runner then fails an unbacked episode); ``check_user(spec)`` (any user may play): raise UserError for a user spec that
-    cannot play the set (evalsets need a model-driven user), asked before the user is built.
+    cannot play the set (evalsets need a model-driven user), asked before the user is built; ``branches(events)``
+    (none): the forks (``runner.Branch``) to make of an episode that just ended, given its events, run next in
+    its slot (docs/prefix.md).
     """
 
     name: str
@@ -231,7 +233,10 @@ class Agent(Protocol):
 
     Optional, with their defaults: ``start(ctx)``, called when an episode begins (nothing);
     ``deterministic`` (True): a deterministic agent is re-run when an episode is resumed or verified,
-    any other agent's replies are read back from the log.
+    any other agent's replies are read back from the log; ``warm(history)`` (nothing): an agent whose
+    replies were read back is told the episode so far (its turns and tool events) before it is first
+    asked live. An agent is also asked, its answers dropped, about the turns a fork copies, so that its
+    state is what the log implies (docs/prefix.md).
     """
 
     def respond(self, obs: Observation) -> AgentReply | Awaitable[AgentReply]:
@@ -275,8 +280,9 @@ class User(Protocol):
     returning None leaves without a word.
 
     Optional, with their defaults: ``start(ctx)`` (nothing); ``deterministic`` (True, as for agents);
-    ``verdict()``, asked once when the episode ends (success when the user ended the dialogue, abandoned
-    when it left without a word).
+    ``warm(history)`` (as for agents: a user whose turns were read back from the log, a model-driven one
+    say, takes the episode so far as its own past before it goes on live); ``verdict()``, asked once when
+    the episode ends (success when the user ended the dialogue, abandoned when it left without a word).
     """
 
     def respond(self, agent: AgentTurn | None) -> UserReply | None | Awaitable[UserReply | None]:

@@ -81,7 +81,8 @@ class ModelToolCall(msgspec.Struct, kw_only=True):
 
 
 class EpisodeRef(msgspec.Struct, array_like=True):
-    """A point in another episode's history: (episode id, seq) - where a fork branched off."""
+    """A point in another episode's history: (episode id, seq) - where a fork branched off: the parent's events
+    before ``seq`` (its ``episode_started`` aside) are the fork's first events."""
 
     ep: str
     seq: int
@@ -132,7 +133,12 @@ class RunEnded(Event, tag="run_ended", kw_only=True):
 
 
 class EpisodeStarted(Event, tag="episode_started", kw_only=True):
-    """An episode began: the scenario snapshot (so the log is self-contained), specs and seed."""
+    """An episode began: the scenario snapshot (so the log is self-contained), specs and seed.
+
+    An episode made from another's log (a fork, a replay: see docs/prefix.md) names it in ``parent``, where
+    it branched off, and ``parent_run``, the run id of the parent when it is in another run (left out of the
+    encoding when unset, so other logs do not change); a fork has a ``branch`` name.
+    """
 
     scenario_id: str
     trial: int = 0
@@ -142,6 +148,7 @@ class EpisodeStarted(Event, tag="episode_started", kw_only=True):
     agent: str = ""
     parent: EpisodeRef | None = None
     branch: str | None = None
+    parent_run: str | UnsetType = UNSET
 
 
 class UserTurn(Event, tag="user_turn", kw_only=True):
@@ -207,9 +214,9 @@ class ModelCalled(Event, tag="model_called", kw_only=True):
     the transport field ``stream``; headers, and so API keys, are never part of it); ``content`` and
     ``tool_calls`` are the answer's message; ``usage`` what the server reported and ``cost`` its price (None
     without a price table); ``attempt`` the attempt that succeeded (the failed ones before it are ``fault``
-    events); ``cached`` true when the answer came from the llm cache (``--llm-cache``) instead of the
-    network. A resumed episode answers a request whose digest its log holds from this event, never from
-    the model (docs/llm.md).
+    events); ``cached`` true when the answer came from the llm cache (``--llm-cache``), or in a replay from
+    the source episode's log, instead of the network. A resumed or verified episode answers a request whose
+    digest its log holds from this event, never from the model (docs/llm.md).
     """
 
     role: str

@@ -63,11 +63,7 @@ class RunDir:
     def create(cls, path: str | Path, *, run_id: str, config: dict[str, Any], seed: int) -> RunDir:
         """Make a new run directory; refuses a path that exists and is not an empty directory."""
         path = Path(path)
-        if path.exists():
-            if not path.is_dir():
-                raise UserError(f"{path}: exists and is not a directory")
-            if any(path.iterdir()):
-                raise UserError(f"{path}: output directory is not empty (use --resume to continue a run there)")
+        cls.refuse_existing(path)
         manifest = {
             "format": FORMAT,
             "format_version": FORMAT_VERSION,
@@ -87,6 +83,16 @@ class RunDir:
         run = cls(path, manifest)
         run.save_manifest()
         return run
+
+    @staticmethod
+    def refuse_existing(path: str | Path) -> None:
+        """Refuse a path for a new run that exists and is not an empty directory."""
+        path = Path(path)
+        if path.exists():
+            if not path.is_dir():
+                raise UserError(f"{path}: exists and is not a directory")
+            if any(path.iterdir()):
+                raise UserError(f"{path}: output directory is not empty (use --resume to continue a run there)")
 
     @classmethod
     def open(cls, path: str | Path) -> RunDir:

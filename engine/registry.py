@@ -17,6 +17,8 @@ What a target is, by kind:
   two words (``"import sgd"``) is a subcommand of the first, whose own entry's target is None.
 - ``corpus``: a reader of an external dialogue corpus, ``read(path) -> Iterator[list[Event]]``, one
   episode's events per dialogue (``dialogsim stats --compare``).
+- ``metric``: a per-episode metric, ``fold(events) -> (sum, count) | None`` (the run's figure is the sum of
+  sums over the sum of counts; None: the episode has no such figure), compared by ``dialogsim diff``.
 """
 
 from __future__ import annotations
@@ -27,9 +29,9 @@ from typing import Any, Callable
 
 from .errors import UserError
 
-KINDS = ("user", "agent", "scenarios", "projection", "command", "corpus")
+KINDS = ("user", "agent", "scenarios", "projection", "command", "corpus", "metric")
 _LABELS = {"user": "user", "agent": "agent", "scenarios": "scenario set", "projection": "projection",
-           "command": "command", "corpus": "corpus"}
+           "command": "command", "corpus": "corpus", "metric": "metric"}
 
 
 class Entry:

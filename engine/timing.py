@@ -57,7 +57,9 @@ def parse_delay(spec: str, what: str = "delay") -> Delay:
         if name == "fixed" and len(values) == 1 and values[0] >= 0:
             return Delay("fixed", values[0])
         if name == "uniform" and len(values) == 2 and 0 <= values[0] <= values[1]:
-            return Delay("uniform", values[0], values[1])
+            # uniform:A,A is fixed:A: it draws nothing, so that a zero delay never draws (a read-back agent's
+            # tool rounds are told apart by their times: engine/tape.py)
+            return Delay("uniform", values[0], values[1]) if values[0] < values[1] else Delay("fixed", values[0])
         if name == "exp" and len(values) == 1 and values[0] >= 0:
             return Delay("exp", values[0])
         if name == "lognormal" and len(values) == 2 and values[1] >= 0:

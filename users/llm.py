@@ -13,7 +13,8 @@ the bound on requests in flight, the size cap), so every failed attempt is a ``f
 and every answer a ``model_called`` event before the turn. A resumed episode's logged calls are answered from
 its log, never from the model: re-running the user against the logged prefix costs no request, rebuilds its
 conversation and checks its turns, which is why it declares ``deterministic = True`` (it is re-run, not read
-back); past the log it asks the model, and is as deterministic as the model is.
+back); past the log it asks the model, and is as deterministic as the model is. A fork's copied turns are
+not asked about: ``warm(history)`` takes them as the conversation so far (docs/prefix.md).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from ..agents.http.factory import HttpAgentFactory
 from ..agents.http.openai_chat import chat_url
 from ..engine.contracts import EpisodeContext, ModelCall, UserReply, Verdict
 from ..engine.errors import UserError
-from ..engine.events import AgentTurn
+from ..engine.events import AgentTurn, UserTurn
 from .llm_prompt import STOP, opening_request, render
 from .llm_reading import TurnReader
 
@@ -71,6 +72,26 @@ class LlmUser:
         if f.max_tokens is not None:
             body["max_tokens"] = f.max_tokens
         return f.chat.call(body, self.ctx.rng, self.ctx.recorded, self._answer)
+
+    def warm(self, history: list[Any]) -> None:
+        """Take a logged episode's turns as its own past (a fork's copied prefix): the conversation is rebuilt from
+        them, each user turn read again, without asking the model. A turn's words stand for the model's message
+        (surrounding spaces aside; a closing turn gets the stop marker back)."""
+        heard: AgentTurn | None = None
+        for event in history:
+            if type(event) is AgentTurn:
+                heard = event
+                self.agent_ended = self.agent_ended or event.end
+                self.messages.append({"role": "user", "content": event.utterance})
+            elif type(event) is UserTurn:
+                said = self.opening if heard is None and self.opening is not None else event.utterance
+                self.messages.append({"role": "assistant",
+                                      "content": f"{said} {self._f.stop}" if event.end else said})
+                self.stopped = self.stopped or event.end
+                self.turns += 1
+                if self.reader is not None:
+                    self.reader.read(event.utterance, heard)
+        self._heard = heard
 
     def _answer(self, call: ModelCall) -> UserReply:
         """The user's turn from the model's answer (run by the pool as soon as it arrives)."""

@@ -7,7 +7,7 @@ from typing import Any
 import msgspec
 
 from ..engine.contracts import EpisodeContext, UserReply, Verdict
-from ..engine.events import AgentTurn
+from ..engine.events import AgentTurn, UserTurn
 from ..engine.memo import IdentityMemo
 
 
@@ -25,6 +25,11 @@ class ScriptedUser:
     def start(self, ctx: EpisodeContext) -> None:
         self.lines = _ending(self._fixed) if self._fixed is not None else _prepare(ctx.scenario.data.get("user", []))
         self.said = 0
+
+    def warm(self, history: list[Any]) -> None:
+        """Take a logged episode's turns as its own (a fork's copied prefix): the lines said so far are skipped."""
+        self.said = sum(1 for e in history if type(e) is UserTurn)
+        self.agent_ended_early = any(type(e) is AgentTurn and e.end for e in history)
 
     def respond(self, agent: AgentTurn | None) -> UserReply | None:
         said = self.said

@@ -3,25 +3,21 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 from typing import Any
+
+import msgspec
 
 from ..errors import UserError
 from ..log import RunDir
-from ..registry import parse_options
-from ..session import RunConfig, absolute_scenarios, resume_run, start_run
+from ..session import RunConfig, RunResult, absolute_scenarios, resume_run, start_run
+from .options import (AGENT_FLAGS, USER_FLAGS, add_agent_arguments, add_branch_arguments, add_model_arguments,
+                      add_user_arguments, agent_options, branches, model_settings, user_options)
 
 # The RunConfig fields set by a flag of their own. The parser's defaults are None so that --resume can
 # tell an option given from one left out (a given option must match what the run recorded); a new run
 # takes RunConfig's defaults for the others.
 _FLAG_FIELDS = ("scenarios", "user", "agent", "episodes", "seed", "concurrency", "max_turns", "think", "latency",
                 "arrivals", "durability")
-# agent options set by their own flags, to name the flag in an error
-_AGENT_FLAGS = {"model": "--agent-model", "concurrency": "--agent-concurrency", "total_timeout": "--agent-timeout",
-                "retries": "--agent-retries", "api_key_env": "--api-key-env", "price_in_per_1k": "--price",
-                "price_out_per_1k": "--price"}
-_USER_FLAGS = {"model": "--user-model", "api_key_env": "--user-api-key-env", "price_in_per_1k": "--user-price",
-               "price_out_per_1k": "--user-price"}
 
 
 def _seed(text: str) -> int:
@@ -53,22 +49,10 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--arrivals", help="'all' (default) or 'poisson:RATE' (episodes per virtual second)")
     p.add_argument("--durability", choices=["none", "batch", "episode"],
                    help="when events are fsynced (default: at every episode end)")
-    p.add_argument("--user-opt", action="append", default=[], metavar="KEY=VALUE", help="user option")
-    p.add_argument("--agent-opt", action="append", default=[], metavar="KEY=VALUE", help="agent option")
-    p.add_argument("--agent-model", help="model name for openai: agents")
-    p.add_argument("--agent-concurrency", type=int, help="bound on in-flight requests to a live agent")
-    p.add_argument("--agent-timeout", type=float, help="total timeout of one agent request in seconds")
-    p.add_argument("--agent-retries", type=int, help="retries of a failed agent request")
-    p.add_argument("--api-key-env", help="environment variable holding the agent's API key (never logged)")
-    p.add_argument("--price", metavar="IN,OUT", help="price per 1K input and output tokens, for cost")
-    p.add_argument("--user-model", help="model name for llm: users")
-    p.add_argument("--user-api-key-env", help="environment variable holding the user's API key (never logged)")
-    p.add_argument("--user-price", metavar="IN,OUT", help="the user model's price per 1K input and output tokens")
-    p.add_argument("--max-cost", type=float, metavar="USD",
-                   help="stop starting episodes once the run's model cost (every role) reaches USD; with --resume, "
-                        "a new budget for the rest of the run")
-    p.add_argument("--llm-cache", metavar="DIR",
-                   help="reuse model answers across runs by request digest (a directory; off by default)")
+    add_user_arguments(p)
+    add_agent_arguments(p)
+    add_branch_arguments(p, default_name=None)
+    add_model_arguments(p, resume=True)
     p.add_argument("--no-progress", action="store_true", help="no progress display")
     p.set_defaults(handler=handle)
 
@@ -76,36 +60,17 @@ def configure(p: argparse.ArgumentParser) -> None:
 def _given(args: argparse.Namespace) -> dict[str, Any]:
     """The config fields the command line sets, by RunConfig field name."""
     given = {key: getattr(args, key) for key in _FLAG_FIELDS if getattr(args, key) is not None}
-    agent_options: dict[str, Any] = parse_options(args.agent_opt, "--agent-opt")
-    for key, value in (("model", args.agent_model), ("concurrency", args.agent_concurrency),
-                       ("total_timeout", args.agent_timeout), ("retries", args.agent_retries),
-                       ("api_key_env", args.api_key_env)):
-        if value is not None:
-            agent_options[key] = value
-    if args.price:
-        agent_options.update(_prices(args.price, "--price"))
-    if agent_options:
-        given["agent_options"] = agent_options
-    user_options: dict[str, Any] = parse_options(args.user_opt, "--user-opt")
-    for key, value in (("model", args.user_model), ("api_key_env", args.user_api_key_env)):
-        if value is not None:
-            user_options[key] = value
-    if args.user_price:
-        user_options.update(_prices(args.user_price, "--user-price"))
-    if user_options:
-        given["user_options"] = user_options
-    if args.llm_cache is not None:
-        given["llm_cache"] = str(Path(args.llm_cache).resolve())  # absolute, so that --resume works from anywhere
+    options = agent_options(args)
+    if options:
+        given["agent_options"] = options
+    options = user_options(args)
+    if options:
+        given["user_options"] = options
+    forks = branches(args, default_name=None)
+    if forks:
+        given["branches"] = forks
+    given.update(model_settings(args))
     return given
-
-
-def _prices(text: str, flag: str) -> dict[str, float]:
-    """``IN,OUT`` USD per 1K tokens as the price options of a model-calling participant."""
-    try:
-        price_in, price_out = (float(x) for x in text.split(","))
-    except ValueError:
-        raise UserError(f"{flag} {text!r}: expected IN,OUT prices per 1K tokens") from None
-    return {"price_in_per_1k": price_in, "price_out_per_1k": price_out}
 
 
 def _check_same_as_recorded(run_dir: str, given: dict[str, Any]) -> None:
@@ -122,11 +87,11 @@ def _check_same_as_recorded(run_dir: str, given: dict[str, Any]) -> None:
             options = recorded.get(key) if isinstance(recorded.get(key), dict) else {}
             for name, option in value.items():
                 if options.get(name) != option:
-                    flag = _AGENT_FLAGS.get(name, f"--agent-opt {name}") if key == "agent_options" else \
-                        _USER_FLAGS.get(name, f"--user-opt {name}")
+                    flag = AGENT_FLAGS.get(name, f"--agent-opt {name}") if key == "agent_options" else \
+                        USER_FLAGS.get(name, f"--user-opt {name}")
                     differences.append((flag, option, options.get(name)))
-        elif recorded.get(key) != value:
-            differences.append(("--" + key.replace("_", "-"), value, recorded.get(key)))
+        elif recorded.get(key) != msgspec.to_builtins(value):
+            differences.append(("--" + key.replace("_", "-"), msgspec.to_builtins(value), recorded.get(key)))
     if differences:
         flag, value, was = differences[0]
         was = "not set" if was is None else repr(was)
@@ -139,14 +104,18 @@ def handle(args: argparse.Namespace) -> int:
     if args.resume:
         if args.out:
             raise UserError("give either --out (a new run) or --resume RUN_DIR, not both")
+        given.pop("max_cost", None)  # a new budget for the rest of the run, not a change of it
         _check_same_as_recorded(args.resume, given)
         result = resume_run(args.resume, progress=not args.no_progress, max_cost=args.max_cost)
     else:
         if not args.out:
             raise UserError("--out RUN_DIR is required (or --resume RUN_DIR)")
-        if args.max_cost is not None:
-            given["max_cost"] = args.max_cost
         result = start_run(args.out, RunConfig(**given), progress=not args.no_progress)
+    return report(result)
+
+
+def report(result: RunResult) -> int:
+    """Print how a run finished; its exit status."""
     if result.status == "interrupted":
         print(f"interrupted: {result.run_dir} (finish it with: dialogsim run --resume {result.run_dir})")
         return 130

@@ -89,11 +89,11 @@ def _exchange_spans(record: EpisodeRecord, facts: RunFacts, x: Exchange, end_t: 
         model_attrs["gen_ai.request.model"] = facts.model
     t = x.user.t
     if x.calls:
-        # the step that asked for the tools: the log gives the turn's latency to the spoken step, so this one
-        # takes no time (tool rounds are not marked in the log: consecutive calls count as one round)
+        # the step that asked for the tools: from the user's turn to the first call (each agent call has its own
+        # latency; consecutive calls count as one round here)
         out.append(Span(name=CALL_LLM, span_id=hex_id(8, run, ep, x.calls[0].seq, CALL_LLM), trace_id=trace,
-                        parent_span_id=agent.span_id, start_time=to_ns(facts, t), end_time=to_ns(facts, t),
-                        attributes=dict(model_attrs)))
+                        parent_span_id=agent.span_id, start_time=to_ns(facts, t),
+                        end_time=to_ns(facts, max(t, x.calls[0].t)), attributes=dict(model_attrs)))
     for call in x.calls:
         start = max(t, call.t)
         t = start + call.latency

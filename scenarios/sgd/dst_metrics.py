@@ -307,6 +307,16 @@ def score_episode(events: list[Any]) -> EpisodeScores | None:
     return EpisodeScores(dialogue_id=str(dialogue_id), frames=frames, unscored_turns=unscored)
 
 
+def episode_joint_goal_accuracy(events: list[Any]) -> tuple[float, float] | None:
+    """The ``dst_joint_goal_accuracy`` metric plug-in: the episode's joint goal accuracy summed over its scored
+    user frames, and their number (None when the agent exposes no state)."""
+    scores = score_episode(events)
+    if scores is None:
+        return None
+    values = [f.metrics[JOINT_GOAL_ACCURACY] for f in scores.frames if f.metrics[JOINT_GOAL_ACCURACY] != NAN_VAL]
+    return (float(sum(values)), float(len(values))) if values else None
+
+
 # The services of the SGD train split: "seen" unless --train-schema names another train schema.
 SGD_TRAIN_SERVICES = frozenset([
     "Banks_1", "Buses_1", "Buses_2", "Calendar_1", "Events_1", "Events_2", "Flights_1", "Flights_2", "Homes_1",
