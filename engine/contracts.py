@@ -20,6 +20,7 @@ import random
 from typing import Any, Awaitable, Protocol
 
 import msgspec
+from msgspec import UNSET, UnsetType
 
 from .events import AgentTurn, DialogueState, Event, Frame, Outcome, SlotSpan, ToolCalled, ToolReturned, Usage, UserTurn
 
@@ -175,6 +176,8 @@ class AgentReply(msgspec.Struct, kw_only=True):
     action: str | None = None
     latency: float | None = None  # virtual seconds; None lets the engine's latency model decide
     faults: list[FaultReport] = []
+    action_by: str | UnsetType = UNSET  # who chose ``action`` ("persona", "manual", ...), logged when set
+    prompt: str | UnsetType = UNSET  # the instructions the turn was made under (an action's system prompt)
 
 
 class AgentFailure(Exception):
@@ -219,13 +222,16 @@ class Agent(Protocol):
 
 
 class UserReply(msgspec.Struct, kw_only=True):
-    """A user's turn; ``end`` means the user closes the dialogue with it (the agent answers once more)."""
+    """A user's turn; ``end`` means the user closes the dialogue with it (the agent answers once more), ``final``
+    that it is the user's last word (the episode ends with it: the agent is not asked to answer it)."""
 
     utterance: str
     frames: list[Frame] = []
     end: bool = False
     think: float | None = None  # virtual seconds before speaking; None lets the engine's model decide
     reaction: dict[str, Any] | None = None
+    persona: dict[str, Any] | UnsetType = UNSET  # the profile the user plays, logged when set
+    final: bool = False
 
 
 class Verdict(msgspec.Struct, kw_only=True):

@@ -474,11 +474,13 @@ class _Dialogue:
                 else:
                     rec.t = t = t + (pause if reply.think is None else reply.think)
                 said = UserTurn(run=run, ep=ep, seq=seq, t=t, wall=_now_ns(), turn=turn, utterance=reply.utterance,
-                                frames=reply.frames, end=reply.end, reaction=reply.reaction)
+                                frames=reply.frames, end=reply.end, reaction=reply.reaction, persona=reply.persona)
                 take(said)
                 rec.seq = seq = seq + 1
                 remember(said)
                 turn += 1
+                if reply.final:  # the user's last word: the agent does not answer it
+                    return self.verdict(), turn
             # The agent's turn: its latency is drawn first, as a live agent's answer is due when it has passed.
             latency = latency_of(timing)
             obs = Observation(user=said, history=history, tool_results=[], turn_index=turn)
@@ -497,6 +499,8 @@ class _Dialogue:
                                frames=answer.frames, state=answer.state, tagged_slots=answer.tagged_slots,
                                end=answer.end, latency=latency, usage=answer.usage, cost=answer.cost,
                                action=answer.action)
+            if answer.action is not None:  # set apart: msgspec takes more than 16 keywords a few times slower
+                spoken.action_by, spoken.prompt = answer.action_by, answer.prompt
             take(spoken)
             rec.seq = seq = seq + 1
             remember(spoken)
@@ -574,6 +578,7 @@ class _Dialogue:
         if reply is None or type(reply) is TapedUserReply:
             return reply
         return TapedUserReply(utterance=reply.utterance, frames=reply.frames, end=reply.end, reaction=reply.reaction,
+                              persona=reply.persona, final=reply.final,
                               t=t + (pause if reply.think is None else reply.think))
 
     def ask_agent(self, obs: Observation) -> AgentReply | Awaitable[AgentReply]:

@@ -119,8 +119,10 @@ class Tape:
         the logged user failed there."""
         event = self.events[seq]
         if type(event) is UserTurn:
+            # a user's last word ends the episode: its turn ends it and is followed by the episode's end
+            final = event.end and seq + 1 < self.end and type(self.events[seq + 1]) is EpisodeEnded
             return TapedUserReply(utterance=event.utterance, frames=event.frames, end=event.end,
-                                  reaction=event.reaction, t=event.t)
+                                  reaction=event.reaction, persona=event.persona, final=final, t=event.t)
         faults, i = self._faults(seq, "user")
         if i < self.end and type(self.events[i]) is EpisodeEnded:
             if faults:
@@ -148,8 +150,8 @@ class Tape:
         if type(first) is AgentTurn:
             return TapedReply(utterance=first.utterance, frames=first.frames, state=first.state,
                               tagged_slots=first.tagged_slots, end=first.end, usage=first.usage, cost=first.cost,
-                              action=first.action, latency=first.latency, faults=faults, t=first.t, after_faults=i,
-                              step_end=i + 1)
+                              action=first.action, action_by=first.action_by, prompt=first.prompt,
+                              latency=first.latency, faults=faults, t=first.t, after_faults=i, step_end=i + 1)
         if first is None:
             return None
         if type(first) is EpisodeEnded and faults:
