@@ -1,9 +1,9 @@
 """The episode loop and the batch: users meet agents on simpy's clock and every step becomes an event.
 
 An episode: the user opens; the agent answers (its tool calls run against the scenario's world and are
-logged); and so on until the user leaves, the agent ends, the turn limit, or an error. An episode may start
-from a logged prefix (``engine.tape``): resumed, verified, forked or replayed, it runs through it before it
-continues live (docs/prefix.md).
+logged); and so on until the user leaves or has its last word, the agent ends, the turn limit, or an error.
+An episode may start from a logged prefix (``engine.tape``): resumed, verified, forked or replayed, it runs
+through it before it continues live (docs/prefix.md).
 
 Time: an episode keeps its own clock (``_Recorder.t``) while it touches nothing shared, and brings
 simpy's clock up to it (one timeout) before anything that is shared: a call to a live agent or user,
