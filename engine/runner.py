@@ -170,7 +170,7 @@ class _Recorder:
         """Take a turn of an episode with a tape: the tape's own while taken, checked while it lasts, else pending."""
         seq = event.seq
         if seq < self.taken:
-            if self.tape.emit:
+            if seq >= self.tape.logged:
                 self.pending.append(self.tape.events[seq])
         elif seq < self.tape.end:
             self.tape.check(event)
@@ -178,12 +178,14 @@ class _Recorder:
             self.pending.append(event)
 
     def start(self, started: EpisodeStarted, copies: list[Event]) -> None:
-        """Record ``episode_started``; a fork resumed from its own log checks that it starts with ``copies``."""
+        """Record ``episode_started``; a fork resumed from its own log checks that it starts with ``copies`` (as
+        far as the log holds them)."""
         tape = self.tape
-        if tape.end and not tape.emit:
+        if tape.logged:
             tape.check(started)
             for event in copies:
-                tape.check(event)
+                if event.seq < tape.logged:
+                    tape.check(event)
         else:
             self.flush()
             self.sink.append(started)
@@ -197,7 +199,7 @@ class _Recorder:
         seq = self.seq
         if seq < self.taken:
             event = self.tape.events[seq]
-            if self.tape.emit:
+            if seq >= self.tape.logged:
                 self.flush()
                 self.sink.append(event)
         elif seq < self.tape.end:
@@ -344,9 +346,13 @@ class Batch:
         if parent_run is not None:
             started.parent_run = parent_run
         if own is not None:  # resumed or verified: its own log, its copied prefix (if a fork) taken as it is
-            rec.tape = Tape(own, copied=len(copies) + 1 if copies else 0)
+            copied = len(copies) + 1 if copies else 0
+            if len(own) < copied:  # a crash cut the fork's copied prefix: the rest of it is written again
+                rec.tape = Tape([*own, *copies[len(own) - 1:]], copied=copied, logged=len(own))
+            else:
+                rec.tape = Tape(own, copied=copied)
         elif copies:  # a fork: its prefix is copied into the log
-            rec.tape = Tape([started, *copies], copied=len(copies) + 1, emit=True)
+            rec.tape = Tape([started, *copies], copied=len(copies) + 1, logged=0)
         rec.taken = rec.tape.copied
         if self.plan is not None and fork is None:
             rec.kept = list(own) if own is not None else []
@@ -538,8 +544,8 @@ class _Dialogue:
                     pass  # the log says what the tool gave
             if kind is UserTurn or kind is AgentTurn or kind is ToolCalled or kind is ToolReturned:
                 history.append(event)
-        if rec.tape.emit:
-            rec.pending.extend(events[1:end])
+        if rec.tape.logged < end:
+            rec.pending.extend(events[max(1, rec.tape.logged):end])
         rec.seq, rec.t, rec.taken = end, events[end - 1].t, max(rec.taken, end)
         turns = [e for e in history if type(e) is UserTurn or type(e) is AgentTurn]
         self.turn = len(turns)

@@ -86,17 +86,18 @@ _WALL = re.compile(rb',"wall":(-?[0-9]+)')
 
 
 class Tape:
-    """The logged events an episode starts with: ``events[seq]`` for seq < ``end``; the first ``copied`` are
-    taken as they are, and written to the log when ``emit`` (a fork's prefix is new to its log)."""
+    """The events an episode starts with: ``events[seq]`` for seq < ``end``; the first ``copied`` are taken as
+    they are; the first ``logged`` are in the log already (all of them by default), and those after are written
+    when taken (a fork's prefix is new to its log: none of it is logged, or a part when a crash cut it)."""
 
-    __slots__ = ("events", "lines", "end", "copied", "emit")
+    __slots__ = ("events", "lines", "end", "copied", "logged")
 
-    def __init__(self, events: list[Event] | RawEpisode, copied: int = 0, emit: bool = False) -> None:
+    def __init__(self, events: list[Event] | RawEpisode, copied: int = 0, logged: int | None = None) -> None:
         self.events = events
         self.lines = events.lines if type(events) is RawEpisode else None
         self.end = len(events)  # the first seq past the tape: from there on the episode is live
         self.copied = copied
-        self.emit = emit
+        self.logged = self.end if logged is None else logged
 
     def check(self, event: Event) -> None:
         """Check a re-run event against the logged one at its seq, wall clock aside; Divergence if it differs."""
