@@ -65,7 +65,8 @@ def stub_answer(action: str, query: str) -> str:
 
 
 _PLAN = ["1. List what has to be done today and by when.", "2. Put the urgent and important items first.",
-         "3. Block time for each item, the largest first.", "4. Leave a buffer and review the list at the end of the day."]
+         "3. Block time for each item, the largest first.",
+         "4. Leave a buffer and review the list at the end of the day."]
 
 
 def planning_answer(action: str, query: str) -> str:
@@ -123,7 +124,8 @@ class ClarifyFactory:
         options = options or {}
         unknown = sorted(set(options) - ACTION_OPTIONS)
         if unknown:
-            raise UserError(f"unknown option {unknown[0]!r} for agent clarify (known: {', '.join(sorted(ACTION_OPTIONS))})")
+            known = ", ".join(sorted(ACTION_OPTIONS))
+            raise UserError(f"unknown option {unknown[0]!r} for agent clarify (known: {known})")
         self.options: ActionOptions = read_action_options(options, "clarify")
         self.solution: Callable[[Any], str | None] | None = getattr(scenarios, "solution", None)
         # the run's mainlines fork into the other actions (engine/session.py asks the agent when the scenario

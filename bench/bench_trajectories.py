@@ -71,8 +71,8 @@ def main() -> None:
     each = ", ".join(f"{x['states_per_s']:.0f}" for x in rounds)
     print(f"states               {r['states']} ({r['episodes']} episodes; best of {args.rounds} rounds)")
     print(f"seconds              {r['seconds']:.2f} wall, {r['cpu_seconds']:.2f} cpu")
-    print(f"states/s             {r['states_per_s']:.0f}   (target {TARGET:.0f}: ratio {r['states_per_s'] / TARGET:.2f}; "
-          f"rounds {each})")
+    print(f"states/s             {r['states_per_s']:.0f}   (target {TARGET:.0f}: ratio "
+          f"{r['states_per_s'] / TARGET:.2f}; rounds {each})")
     print(f"states/cpu-s         {r['states_per_cpu_s']:.0f}")
     print(f"episodes/s           {r['episodes_per_s']:.0f}")
     print(f"events/s             {r['events_per_s']:.0f}")
