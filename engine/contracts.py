@@ -244,8 +244,8 @@ class Verdict(msgspec.Struct, kw_only=True):
 
 
 class User(Protocol):
-    """A user simulator: ``respond`` is all it must have; ``respond(None)`` opens the episode and
-    returning None leaves without a word.
+    """A user simulator: ``respond`` is all it must have; ``respond(None)`` opens the episode, returning None
+    leaves without a word, and a reply marked ``final`` is the user's last word (the agent does not answer it).
 
     Optional, with their defaults: ``start(ctx)`` (nothing); ``deterministic`` (True, as for agents);
     ``warm(history)`` (as for agents: a user whose turns were read back from the log, a model-driven one
