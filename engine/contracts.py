@@ -20,6 +20,7 @@ import random
 from typing import Any, Awaitable, Mapping, Protocol
 
 import msgspec
+from msgspec import UNSET, UnsetType
 
 from .events import (AgentTurn, DialogueState, Event, Frame, ModelToolCall, Outcome, SlotSpan, ToolCalled, ToolReturned,
                      Usage, UserTurn)
@@ -203,6 +204,8 @@ class AgentReply(msgspec.Struct, kw_only=True):
     latency: float | None = None  # virtual seconds; None lets the engine's latency model decide
     faults: list[FaultReport] = []
     model_calls: list[ModelCall] = []  # logged before the step, each after its own faults
+    action_by: str | UnsetType = UNSET  # who chose ``action`` ("persona", "manual", ...), logged when set
+    prompt: str | UnsetType = UNSET  # the instructions the turn was made under (an action's system prompt)
 
 
 class AgentFailure(Exception):
@@ -248,7 +251,8 @@ class Agent(Protocol):
 
 
 class UserReply(msgspec.Struct, kw_only=True):
-    """A user's turn; ``end`` means the user closes the dialogue with it (the agent answers once more).
+    """A user's turn; ``end`` means the user closes the dialogue with it (the agent answers once more), ``final``
+    that it is the user's last word (the episode ends with it: the agent is not asked to answer it).
 
     A model-driven user also reports its model calls (logged before the turn, each after the failed attempts
     it carries), the turn's usage and cost, and ``inferred`` when its frames' acts and spans were read from its
@@ -264,6 +268,8 @@ class UserReply(msgspec.Struct, kw_only=True):
     usage: Usage | None = None
     cost: float | None = None
     inferred: bool = False
+    persona: dict[str, Any] | UnsetType = UNSET  # the profile the user plays, logged when set
+    final: bool = False
 
 
 class Verdict(msgspec.Struct, kw_only=True):
@@ -276,8 +282,8 @@ class Verdict(msgspec.Struct, kw_only=True):
 
 
 class User(Protocol):
-    """A user simulator: ``respond`` is all it must have; ``respond(None)`` opens the episode and
-    returning None leaves without a word.
+    """A user simulator: ``respond`` is all it must have; ``respond(None)`` opens the episode, returning None
+    leaves without a word, and a reply marked ``final`` is the user's last word (the agent does not answer it).
 
     Optional, with their defaults: ``start(ctx)`` (nothing); ``deterministic`` (True, as for agents);
     ``warm(history)`` (as for agents: a user whose turns were read back from the log, a model-driven one

@@ -62,8 +62,10 @@ class RecordedUser:
         if line is None:  # the logged user said nothing more here: it left
             return None
         self.said.append(line)
+        final = line.end and turn + 1 not in self.agent_turns  # its last word: the logged agent did not answer it
         return UserReply(utterance=line.utterance, frames=line.frames, end=line.end, reaction=line.reaction,
-                         inferred=line.inferred is True)  # frames read from a model user's words stay marked
+                         inferred=line.inferred is True,  # frames read from a model user's words stay marked
+                         persona=line.persona, final=final)
 
     def _diverged(self, agent: AgentTurn) -> Any:
         self.diverged_at = agent.turn

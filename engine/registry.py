@@ -10,7 +10,9 @@ What a target is, by kind:
   returns a callable making a fresh user or agent for each episode (it may also have an async
   ``aclose()``, awaited when the run ends); ``--user name[:arg]``, ``--agent name[:arg]``. An agent
   factory whose agents call a live service says how many calls it keeps in flight at most as
-  ``concurrency``: a run then keeps that many busy by default (``session.default_concurrency``).
+  ``concurrency``: a run then keeps that many busy by default (``session.default_concurrency``). An agent
+  factory with ``branches(events)`` forks each of a run's episodes when it ends (as a scenario set's does,
+  which comes first: docs/prefix.md).
 - ``scenarios``: a loader, ``loader(arg) -> ScenarioSet``; ``--scenarios name[:arg]``.
 - ``projection``: a factory, ``factory(options) -> Projection``; ``dialogsim project RUN --to name``.
 - ``command``: a module with ``configure(parser)``, which adds its arguments and sets ``handler``; a name of

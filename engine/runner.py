@@ -1,9 +1,9 @@
 """The episode loop and the batch: users meet agents on simpy's clock and every step becomes an event.
 
 An episode: the user opens; the agent answers (its tool calls run against the scenario's world and are
-logged); and so on until the user leaves, the agent ends, the turn limit, or an error. An episode may start
-from a logged prefix (``engine.tape``): resumed, verified, forked or replayed, it runs through it before it
-continues live (docs/prefix.md).
+logged); and so on until the user leaves or has its last word, the agent ends, the turn limit, or an error.
+An episode may start from a logged prefix (``engine.tape``): resumed, verified, forked or replayed, it runs
+through it before it continues live (docs/prefix.md).
 
 Time: an episode keeps its own clock (``_Recorder.t``) while it touches nothing shared, and brings
 simpy's clock up to it (one timeout) before anything that is shared: a call to a live agent or user,
@@ -175,7 +175,7 @@ class _Recorder:
         """Take a turn of an episode with a tape: the tape's own while taken, checked while it lasts, else pending."""
         seq = event.seq
         if seq < self.taken:
-            if self.tape.emit:
+            if seq >= self.tape.logged:
                 self.pending.append(self.tape.events[seq])
         elif seq < self.tape.end:
             self.tape.check(event)
@@ -183,12 +183,14 @@ class _Recorder:
             self.pending.append(event)
 
     def start(self, started: EpisodeStarted, copies: list[Event]) -> None:
-        """Record ``episode_started``; a fork resumed from its own log checks that it starts with ``copies``."""
+        """Record ``episode_started``; a fork resumed from its own log checks that it starts with ``copies`` (as
+        far as the log holds them)."""
         tape = self.tape
-        if tape.end and not tape.emit:
+        if tape.logged:
             tape.check(started)
             for event in copies:
-                tape.check(event)
+                if event.seq < tape.logged:
+                    tape.check(event)
         else:
             self.flush()
             self.sink.append(started)
@@ -202,7 +204,7 @@ class _Recorder:
         seq = self.seq
         if seq < self.taken:
             event = self.tape.events[seq]
-            if self.tape.emit:
+            if seq >= self.tape.logged:
                 self.flush()
                 self.sink.append(event)
         elif seq < self.tape.end:
@@ -362,9 +364,13 @@ class Batch:
         if parent_run is not None:
             started.parent_run = parent_run
         if own is not None:  # resumed or verified: its own log, its copied prefix (if a fork) taken as it is
-            rec.tape = Tape(own, copied=len(copies) + 1 if copies else 0)
+            copied = len(copies) + 1 if copies else 0
+            if len(own) < copied:  # a crash cut the fork's copied prefix: the rest of it is written again
+                rec.tape = Tape([*own, *copies[len(own) - 1:]], copied=copied, logged=len(own))
+            else:
+                rec.tape = Tape(own, copied=copied)
         elif copies:  # a fork: its prefix is copied into the log
-            rec.tape = Tape([started, *copies], copied=len(copies) + 1, emit=True)
+            rec.tape = Tape([started, *copies], copied=len(copies) + 1, logged=0)
         rec.taken = rec.tape.copied
         if self.plan is not None and fork is None:
             rec.kept = list(own) if own is not None else []
@@ -518,13 +524,15 @@ class _Dialogue:
                 else:
                     rec.t = t = t + (pause if reply.think is None else reply.think)
                 said = UserTurn(run=run, ep=ep, seq=seq, t=t, wall=_now_ns(), turn=turn, utterance=reply.utterance,
-                                frames=reply.frames, end=reply.end, reaction=reply.reaction)
+                                frames=reply.frames, end=reply.end, reaction=reply.reaction, persona=reply.persona)
                 if reply.model_calls or reply.inferred:  # a model-driven user
                     seq = self.model_user_turn(reply, said)
                 take(said)
                 rec.seq = seq = seq + 1
                 remember(said)
                 turn += 1
+                if reply.final:  # the user's last word: the agent does not answer it
+                    return self.verdict(), turn
             # The agent's turn: its latency is drawn first, as a live agent's answer is due when it has passed.
             latency = latency_of(timing)
             obs = Observation(user=said, history=history, tool_results=[], turn_index=turn)
@@ -545,6 +553,8 @@ class _Dialogue:
                                frames=answer.frames, state=answer.state, tagged_slots=answer.tagged_slots,
                                end=answer.end, latency=latency, usage=answer.usage, cost=answer.cost,
                                action=answer.action)
+            if answer.action is not None:  # set apart: msgspec takes more than 16 keywords a few times slower
+                spoken.action_by, spoken.prompt = answer.action_by, answer.prompt
             take(spoken)
             rec.seq = seq = seq + 1
             remember(spoken)
@@ -584,8 +594,8 @@ class _Dialogue:
                     pass  # the log says what the tool gave
             if kind is UserTurn or kind is AgentTurn or kind is ToolCalled or kind is ToolReturned:
                 history.append(event)
-        if rec.tape.emit:
-            rec.pending.extend(events[1:end])
+        if rec.tape.logged < end:
+            rec.pending.extend(events[max(1, rec.tape.logged):end])
         rec.seq, rec.t, rec.taken = end, events[end - 1].t, max(rec.taken, end)
         turns = [e for e in history if type(e) is UserTurn or type(e) is AgentTurn]
         self.turn = len(turns)
@@ -631,7 +641,8 @@ class _Dialogue:
             return reply
         return TapedUserReply(utterance=reply.utterance, frames=reply.frames, end=reply.end, reaction=reply.reaction,
                               model_calls=reply.model_calls, usage=reply.usage, cost=reply.cost,
-                              inferred=reply.inferred, t=t + (pause if reply.think is None else reply.think))
+                              inferred=reply.inferred, persona=reply.persona, final=reply.final,
+                              t=t + (pause if reply.think is None else reply.think))
 
     def ask_agent(self, obs: Observation) -> AgentReply | Awaitable[AgentReply]:
         """The agent's answer to ``obs`` as it comes (a reply or a live call); read back from the tape where the

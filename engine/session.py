@@ -198,7 +198,8 @@ class Casting:
         self.make_user = self.factory("user", config.user, config.user_options)
         self.make_agent = self.factory("agent", config.agent, config.agent_options)
         self.cast = Cast(self.make_user, self.make_agent, config.user, config.agent)
-        hook = getattr(scenarios, "branches", None)
+        # the scenario set's branches, else the agent's (an agent with actions forks into its other actions)
+        hook = getattr(scenarios, "branches", None) or getattr(self.make_agent, "branches", None)
         self.plan: Callable[[list[Event]], list[Branch]] | None = None
         if config.source is None and (config.branches or hook is not None):
             static = list(config.branches)

@@ -100,17 +100,18 @@ _WALL = re.compile(rb',"wall":(-?[0-9]+)')
 
 
 class Tape:
-    """The logged events an episode starts with: ``events[seq]`` for seq < ``end``; the first ``copied`` are
-    taken as they are, and written to the log when ``emit`` (a fork's prefix is new to its log)."""
+    """The events an episode starts with: ``events[seq]`` for seq < ``end``; the first ``copied`` are taken as
+    they are; the first ``logged`` are in the log already (all of them by default), and those after are written
+    when taken (a fork's prefix is new to its log: none of it is logged, or a part when a crash cut it)."""
 
-    __slots__ = ("events", "lines", "end", "copied", "emit")
+    __slots__ = ("events", "lines", "end", "copied", "logged")
 
-    def __init__(self, events: list[Event] | RawEpisode, copied: int = 0, emit: bool = False) -> None:
+    def __init__(self, events: list[Event] | RawEpisode, copied: int = 0, logged: int | None = None) -> None:
         self.events = events
         self.lines = events.lines if type(events) is RawEpisode else None
         self.end = len(events)  # the first seq past the tape: from there on the episode is live
         self.copied = copied
-        self.emit = emit
+        self.logged = self.end if logged is None else logged
 
     def check(self, event: Event) -> None:
         """Check a re-run event against the logged one at its seq, wall clock aside; Divergence if it differs."""
@@ -134,7 +135,8 @@ class Tape:
         event = self.events[seq]
         if type(event) is UserTurn:
             return TapedUserReply(utterance=event.utterance, frames=event.frames, end=event.end,
-                                  reaction=event.reaction, t=event.t, step_end=seq + 1)
+                                  reaction=event.reaction, persona=event.persona, final=self._final(seq), t=event.t,
+                                  step_end=seq + 1)
         faults, calls, i = self._preamble(seq, "user")
         if i >= self.end:
             return MISSING
@@ -143,12 +145,16 @@ class Tape:
             return TapedUserReply(utterance=turn.utterance, frames=turn.frames, end=turn.end, reaction=turn.reaction,
                                   model_calls=calls, usage=None if turn.usage is UNSET else turn.usage,
                                   cost=None if turn.cost is UNSET else turn.cost, inferred=turn.inferred is True,
-                                  t=turn.t, step_end=i + 1)
+                                  persona=turn.persona, final=self._final(i), t=turn.t, step_end=i + 1)
         if type(turn) is EpisodeEnded and not calls:
             if faults:
                 raise TapedFailure(turn.reason, faults, event.t)
             return None
         raise Divergence(i, event_type(turn), "type", event_type(turn), "user_turn")
+
+    def _final(self, seq: int) -> bool:
+        """Whether the user's turn at ``seq`` was its last word: it ends the episode, followed by the episode's end."""
+        return self.events[seq].end and seq + 1 < self.end and type(self.events[seq + 1]) is EpisodeEnded
 
     def agent_step(self, seq: int) -> TapedReply | None:
         """The agent's answer logged from ``seq`` on: its faults, then one round of tool calls (told apart from
@@ -171,7 +177,8 @@ class Tape:
         if type(first) is AgentTurn:
             return TapedReply(utterance=first.utterance, frames=first.frames, state=first.state,
                               tagged_slots=first.tagged_slots, end=first.end, usage=first.usage, cost=first.cost,
-                              action=first.action, latency=first.latency, faults=faults, model_calls=model_calls,
+                              action=first.action, action_by=first.action_by, prompt=first.prompt,
+                              latency=first.latency, faults=faults, model_calls=model_calls,
                               t=first.t, after_faults=i, step_end=i + 1)
         if first is None:
             return None

@@ -18,6 +18,7 @@ from typing import Any
 import msgspec
 
 from ...engine.contracts import AgentReply, EpisodeContext, ModelCall, Observation, ToolCall, ToolResult, ToolSpec
+from ...engine import registry
 from ...engine.errors import UserError
 from ...engine.events import Event, UserTurn
 from .chat import ChatClient, ChatCompletion, canonical_request, decode_completion, sum_calls  # noqa: F401 (re-exported)
@@ -248,3 +249,11 @@ class OpenAIAgentFactory(HttpAgentFactory):
         """The completions URL of the API base URL given."""
         return chat_url(url)
 
+
+def make_factory(arg: str | None, scenarios: Any = None, options: dict[str, Any] | None = None) -> Any:
+    """``--agent openai:URL``: a chat model; a scenario set whose episodes a chat model plays in a way of its
+    own names that agent (``chat_agent``, a registered agent name: the clarify-or-answer tasks' action prompts)."""
+    own = getattr(scenarios, "chat_agent", None)
+    if own:
+        return registry.lookup("agent", own)(arg, scenarios, options)
+    return OpenAIAgentFactory(arg, scenarios, options)

@@ -109,19 +109,23 @@ def trajectory_of(events: list[Any]) -> Trajectory | None:
     else:
         record = derived
         from_root = "mainline_action" in record
-    root = started.parent.ep if started.parent is not None else started.ep
+    root = started.ep
+    if started.parent is not None:  # a mainline's, or one in another run (a fork run's, a replay's): named apart
+        root = started.parent.ep if started.parent_run is UNSET else f"{started.parent_run}/{started.parent.ep}"
     return Trajectory(ep=started.ep, root=root, rank=branch_rank(started.branch), action=agent.action,
                       record=record, mainline_action_from_root=from_root)
 
 
 def ordered_records(trajectories: Iterable[Trajectory]) -> Iterator[dict[str, Any]]:
-    """Records in file order: by mainline (first seen first), the mainline, then its branches LOW, MID, HIGH."""
+    """Records in file order: by mainline (in episode order: the run's states in order), the mainline, then its
+    branches LOW, MID, HIGH."""
     groups: dict[str, list[Trajectory]] = {}
     actions: dict[str, str] = {}
     for trajectory in trajectories:
         groups.setdefault(trajectory.root, []).append(trajectory)
         actions[trajectory.ep] = trajectory.action
-    for root, members in groups.items():
+    for root in sorted(groups, key=lambda ep: (len(ep), ep)):  # e000009 before e000010, e999999 before e1000000
+        members = groups[root]
         members.sort(key=lambda t: (t.ep != root, t.rank))
         for member in members:
             record = member.record

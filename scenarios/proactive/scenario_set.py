@@ -32,6 +32,7 @@ class ProactiveScenarios:
     name = "proactive"
     default_user = "persona"
     default_agent = "clarify"
+    chat_agent = "proactive-chat"  # what --agent openai:URL plays these tasks with: the action prompts
 
     def __init__(self, states: list[dict[str, Any]] | None = None, solutions: dict[str, str] | None = None,
                  synthetic: str | None = None) -> None:

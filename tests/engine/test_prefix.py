@@ -176,17 +176,41 @@ def test_branches_run_after_their_mainline_in_its_slot_with_their_own_agent():
         assert started[f"{ep}-short"].agent == "short"
 
 
-def test_a_run_with_branches_resumes_to_the_same_events():
+def _deep_plan(events):
+    return [Branch(name="same", at_turn=3), Branch(name="short", at_turn=1, agent="short")]
+
+
+@pytest.mark.parametrize("plan", [_plan, _deep_plan], ids=["turn1", "turn3"])
+@pytest.mark.parametrize("cut", [1, 2, 3, 5])
+def test_a_run_with_branches_resumes_to_the_same_events(plan, cut):
     """Resuming a crashed run with branches: ended episodes are phantoms that still make their branches (from their
-    logged events), unfinished branches continue from their own log; all as in the uninterrupted run."""
-    kw = dict(plan=_plan, cast_of=_cast_of, concurrency=2)
+    logged events), unfinished branches continue from their own log, also one cut inside its copied prefix (the
+    rest of the prefix is written again); all as in the uninterrupted run."""
+    kw = dict(plan=plan, cast_of=_cast_of, concurrency=2)
     full, _ = _run([Job(i) for i in range(6)], **kw)
-    logged = _crash(full, 7, 2)
+    logged = _crash(full, 7, cut)
     ends = {ep: evs[-1].t for ep, evs in logged.items() if isinstance(evs[-1], EpisodeEnded)}
     resumed, batch = _run([Job(i) for i in range(6)], logged=Logged(ends, logged), **kw)
     assert not batch.diverged
     combined = [e for evs in logged.values() for e in evs] + list(resumed)
     assert _by_episode(combined) == _by_episode(full)
+
+
+@pytest.mark.parametrize("cut", [1, 2, 3, 4])
+def test_a_branch_cut_inside_its_copied_prefix_writes_the_rest_of_it_again(cut):
+    """A crash may cut a branch's log anywhere, also between its episode_started and the copied turns: resumed, the
+    logged part is checked, the rest of the prefix written again, and the branch goes on as in the full run."""
+    kw = dict(plan=_deep_plan, cast_of=_cast_of, concurrency=2)
+    full, _ = _run([Job(i) for i in range(4)], **kw)
+    episodes = {ep: full.episode(ep) for ep in {e.ep for e in full if e.ep}}
+    logged = {ep: events for ep, events in episodes.items() if ep != "e000002-same"}
+    logged["e000002-same"] = episodes["e000002-same"][:cut]
+    ends = {ep: evs[-1].t for ep, evs in logged.items() if isinstance(evs[-1], EpisodeEnded)}
+    resumed, batch = _run([Job(i) for i in range(4)], logged=Logged(ends, logged), **kw)
+    assert not batch.diverged
+    assert {e.ep for e in resumed} == {"e000002-same"}
+    assert [e.seq for e in resumed] == list(range(cut, len(episodes["e000002-same"])))
+    assert strip_wall(logged["e000002-same"] + list(resumed)) == strip_wall(episodes["e000002-same"])
 
 
 class _Remote(ScriptedUser):
