@@ -13,21 +13,16 @@ from __future__ import annotations
 import time
 from typing import Any
 
-import msgspec
 from msgspec import UNSET
 
-from ...engine.contracts import AgentReply, EpisodeContext, FaultReport, Observation
+from ...engine.contracts import AgentReply, EpisodeContext, ModelCall, Observation
 from ...engine.errors import UserError
 from ...engine.events import AgentTurn, UserTurn
 from ...scenarios.proactive.actions import ACTION_OPTIONS, ActionOptions, branches_of, choose_action, \
     read_action_options
 from ...scenarios.proactive.prompts import MAX_TOKENS, TEMPERATURE, action_prompt, user_message
 from .client import number_option
-from .factory import HttpAgentFactory
-from .native import TurnMeter
-from .openai_chat import ChatCompletion, chat_url, decode_completion
-
-_encode = msgspec.json.Encoder().encode
+from .openai_chat import OpenAIAgentFactory
 
 
 def task_messages(prompt: str, query: str) -> list[dict[str, Any]]:
@@ -42,7 +37,6 @@ class ProactiveChatAgent:
 
     def __init__(self, factory: ProactiveChatFactory) -> None:
         self.factory = factory
-        self.meter = TurnMeter(*factory.prices)
 
     def start(self, ctx: EpisodeContext) -> None:
         state = ctx.scenario.data
@@ -66,7 +60,8 @@ class ProactiveChatAgent:
                 self.messages.append({"role": role, "content": event.utterance})
 
     def respond(self, obs: Observation) -> Any:
-        """A future of the turn: the decision on the first call, the chat's next answer after it."""
+        """The turn, or a future of it: the decision on the first call, the chat's next answer after it (from the
+        episode's record or the llm cache when they have it, agents/http/chat.py)."""
         f = self.factory
         labels: tuple[str, str, str] | None = None
         if self.messages is None:
@@ -81,32 +76,22 @@ class ProactiveChatAgent:
         if f.measured_latency:
             self.sent = time.perf_counter()
 
-        def finish(completion: ChatCompletion, faults: list[FaultReport], seconds: float) -> AgentReply:
-            return self.reply(completion, faults, labels)
+        return f.chat.call(body, self.ctx.rng, self.ctx.recorded, lambda call: self.reply(call, labels))
 
-        return f.pool.submit(f.url, _encode(body), None, self.ctx.rng, decode_completion, finish)
-
-    def reply(self, completion: ChatCompletion, faults: list[FaultReport],
-              labels: tuple[str, str, str] | None) -> AgentReply:
+    def reply(self, call: ModelCall, labels: tuple[str, str, str] | None) -> AgentReply:
         """The turn from the model's answer (its text as it came), labelled with the action it played, if any."""
-        usage = completion.usage
-        if usage is not None:
-            self.meter.add(usage.prompt_tokens, usage.completion_tokens)
-        tokens, cost = self.meter.take()
-        text = completion.choices[0].message.content or ""
+        text = call.content or ""
         self.messages.append({"role": "assistant", "content": text})
         latency = time.perf_counter() - self.sent if self.factory.measured_latency else None
         action, chosen_by, prompt = labels or (None, UNSET, UNSET)
-        return AgentReply(utterance=text, usage=tokens, cost=cost, faults=faults, latency=latency, action=action,
-                          action_by=chosen_by, prompt=prompt)
+        return AgentReply(utterance=text, usage=call.usage, cost=call.cost, model_calls=[call], latency=latency,
+                          action=action, action_by=chosen_by, prompt=prompt)
 
 
-class ProactiveChatFactory(HttpAgentFactory):
+class ProactiveChatFactory(OpenAIAgentFactory):
     """The run's chat model for the clarify-or-answer tasks: options model (required), max_tokens (400),
     temperature (0.7), mainline, branches (and a branch's action)."""
 
-    protocol = "openai"
-    usage = "openai:http://HOST:PORT (the API base URL)"
     own_options = frozenset({"model", "temperature", "max_tokens"}) | ACTION_OPTIONS
     agent = ProactiveChatAgent
 
@@ -119,6 +104,3 @@ class ProactiveChatFactory(HttpAgentFactory):
         self.options: ActionOptions = read_action_options(options, "openai")
         # the run's mainlines fork into the other actions (as with --agent clarify)
         self.branches = branches_of if self.options.branches else None
-
-    def endpoint(self, url: str) -> str:
-        return chat_url(url)

@@ -4,16 +4,18 @@ from __future__ import annotations
 
 import json
 
+import msgspec
 import pytest
 from aiohttp import web
 
 from dialogsim.agents.http.testing import serve_in_thread
 from dialogsim.engine.errors import UserError
-from dialogsim.engine.events import AgentTurn, EpisodeStarted, UserTurn
+from dialogsim.engine.events import AgentTurn, EpisodeStarted, ModelCalled, UserTurn
 from dialogsim.engine.log import read_events
 from dialogsim.engine.projections import run_projection
 from dialogsim.engine.registry import agent_factory, load_scenarios, projection
 from dialogsim.engine.session import RunConfig, start_run
+from dialogsim.engine.verify import verify_run
 from dialogsim.scenarios.proactive.prompts import action_prompt
 
 ANSWERS = {"LOW": "def f():\n    return 1", "MID": "Should it be fast?\ndef f():\n    return 1",
@@ -86,6 +88,31 @@ def test_options_max_tokens_temperature_and_a_manual_mainline(tmp_path):
     assert [(t.action, t.action_by) for t in turns] == [("HIGH", "manual")] * 3
     assert {(b["max_tokens"], b["temperature"]) for b in seen} == {(64, 0.0)}
     assert seen[0]["messages"][0]["content"] == action_prompt("planning", "HIGH")
+
+
+@pytest.mark.slow
+def test_model_calls_are_logged_verified_offline_and_cached(tmp_path):
+    """Every turn's model call is logged before it (with usage and cost at --price); verify asks no model (the
+    server is gone); a second run with the same --llm-cache sends nothing and logs the same answers."""
+    seen: list[dict] = []
+    config = RunConfig(scenarios="proactive:synthetic:coding", user="persona", episodes=2,
+                       agent_options={"model": "m", "price_in_per_1k": "1", "price_out_per_1k": "2"},
+                       llm_cache=str(tmp_path / "cache"))
+    with serve_in_thread(_fake_model(seen)) as url:
+        start_run(tmp_path / "a", msgspec.structs.replace(config, agent=f"openai:{url}"), progress=False)
+        sent = len(seen)
+        start_run(tmp_path / "b", msgspec.structs.replace(config, agent=f"openai:{url}"), progress=False)
+    assert sent == 6 and len(seen) == sent
+    events = list(read_events(tmp_path / "a"))
+    calls = [e for e in events if type(e) is ModelCalled]
+    turns = [e for e in events if type(e) is AgentTurn]
+    assert len(calls) == len(turns) == 6
+    assert all(c.role == "agent" and c.content == t.utterance for c, t in zip(calls, turns))
+    assert {t.cost for t in turns} == {round(50 / 1000 * 1 + 7 / 1000 * 2, 10)}
+    assert verify_run(tmp_path / "a", progress=False).diverged == {}
+    cached = [e for e in read_events(tmp_path / "b") if type(e) is ModelCalled]
+    assert [c.content for c in cached] == [c.content for c in calls]
+    assert all(c.cached for c in cached)
 
 
 def test_bad_options_are_named():
