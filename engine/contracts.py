@@ -81,11 +81,12 @@ class Call(msgspec.Struct, kw_only=True):
 
 
 def completed_calls(events: list[Any]) -> list[Call]:
-    """The tool calls among an episode's events, each with what it returned."""
+    """The tool calls the world answered among an episode's events, each with what it returned (those the agent
+    ran itself are its word, not evidence)."""
     called: dict[str, ToolCalled] = {}
     out: list[Call] = []
     for event in events:
-        if type(event) is ToolCalled:
+        if type(event) is ToolCalled and event.executed_by is UNSET:
             called[event.call_id] = event
         elif type(event) is ToolReturned and event.call_id in called:
             c = called.pop(event.call_id)
@@ -189,6 +190,18 @@ class ToolCall(msgspec.Struct, kw_only=True):
     call_id: str = ""
 
 
+class ExecutedCall(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """A tool call the agent ran itself, with what it gave back (rows or an error) and the seconds it took."""
+
+    service: str
+    method: str
+    parameters: dict[str, Any] = {}
+    call_id: str = ""
+    results: list[dict[str, Any]] | None = None
+    error: str | None = None
+    latency: float = 0.0
+
+
 class AgentReply(msgspec.Struct, kw_only=True):
     """An agent's answer: either tool calls to run, or its turn (utterance, acts, tracked state)."""
 
@@ -204,6 +217,7 @@ class AgentReply(msgspec.Struct, kw_only=True):
     latency: float | None = None  # virtual seconds; None lets the engine's latency model decide
     faults: list[FaultReport] = []
     model_calls: list[ModelCall] = []  # logged before the step, each after its own faults
+    executed: list[ExecutedCall] = []  # tools the agent ran itself for this answer: logged before it, no world called
     action_by: str | UnsetType = UNSET  # who chose ``action`` ("persona", "manual", ...), logged when set
     prompt: str | UnsetType = UNSET  # the instructions the turn was made under (an action's system prompt)
 

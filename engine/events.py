@@ -232,12 +232,15 @@ class ModelCalled(Event, tag="model_called", kw_only=True):
 
 
 class ToolCalled(Event, tag="tool_called", kw_only=True):
-    """The agent called a tool (an SGD service intent): the engine will run it against the world."""
+    """The agent called a tool (an SGD service intent): the engine will run it against the world; or, with
+    ``executed_by`` "agent", the agent ran the tool itself and reported the call with what it gave back (the
+    ``tool_returned`` after it), and no world was called."""
 
     call_id: str
     service: str
     method: str
     parameters: dict[str, Any] = {}
+    executed_by: str | UnsetType = UNSET
 
 
 class ToolReturned(Event, tag="tool_returned", kw_only=True):

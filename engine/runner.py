@@ -32,8 +32,9 @@ import simpy
 from msgspec import UNSET
 
 from .calls import RecordedCalls, UsageMeter
-from .contracts import (Agent, AgentFailure, AgentReply, EpisodeContext, FaultReport, ModelCall, Observation,
-                        Scenario, ScenarioSet, ToolCall, ToolResult, ToolSpec, User, UserReply, Verdict, World)
+from .contracts import (Agent, AgentFailure, AgentReply, EpisodeContext, ExecutedCall, FaultReport, ModelCall,
+                        Observation, Scenario, ScenarioSet, ToolCall, ToolResult, ToolSpec, User, UserReply, Verdict,
+                        World)
 from .driver import Driver
 from .events import (AgentTurn, EpisodeEnded, EpisodeStarted, Event, Fault, ModelCalled, ToolCalled, ToolReturned,
                      UserTurn)
@@ -540,7 +541,8 @@ class _Dialogue:
                 answer = ask_agent(obs)
             except Exception as exc:
                 raise _failure("agent", exc) from None
-            if type(answer) is not AgentReply or answer.tool_calls or answer.faults or answer.model_calls:
+            if (type(answer) is not AgentReply or answer.tool_calls or answer.faults or answer.model_calls
+                    or answer.executed):
                 answer, latency = yield from self.agent_step(obs, answer, latency)
                 seq, t = rec.seq, rec.t  # after the tool and model-call events, at the answer's time
             else:
@@ -584,7 +586,7 @@ class _Dialogue:
             elif not answering:  # the agent's first call after a user turn
                 latency(timing)
                 answering = True
-            if kind is ToolCalled:
+            if kind is ToolCalled and event.executed_by is UNSET:  # a tool the agent ran itself drew nothing
                 if event.t != round_t:  # a round: the agent is called again after it (rounds differ in time)
                     round_t = event.t
                     latency(timing)
@@ -697,6 +699,8 @@ class _Dialogue:
                     rec.emit(Fault, who="agent", kind=f.kind, detail=f.detail, attempt=f.attempt)
                 if answer.model_calls:
                     self.log_calls("agent", answer.model_calls)
+                if answer.executed:
+                    self.log_executed(answer.executed)
             if not answer.tool_calls:
                 break
             if rec.seq < rec.taken:  # a round copied from the tape
@@ -741,13 +745,26 @@ class _Dialogue:
                      attempt=call.attempt, cached=call.cached)
         self.count(who, calls)
 
+    def log_executed(self, calls: list[ExecutedCall]) -> None:
+        """Log the tool calls the agent ran itself, each with what it gave back; the agent observes them."""
+        rec, history = self.rec, self.history
+        for n, call in enumerate(calls):
+            call_id = call.call_id or f"{rec.ep}-{rec.seq}-{n}"
+            history.append(rec.emit(ToolCalled, call_id=call_id, service=call.service, method=call.method,
+                                    parameters=call.parameters, executed_by="agent"))
+            history.append(rec.emit(ToolReturned, call_id=call_id, results=call.results, error=call.error,
+                                    latency=call.latency))
+
     def take_logged(self, end: int, who: str, calls: list[ModelCall]) -> None:
-        """Take the tape's events up to seq ``end`` as logged (a read-back step's faults and model calls, and any
-        event this version does not know); the calls of ``who`` count for the episode unless they were copied."""
-        rec = self.rec
+        """Take the tape's events up to seq ``end`` as logged (a read-back step's faults, model calls and tools the
+        agent ran itself, and any event this version does not know); the calls of ``who`` count for the episode
+        unless they were copied."""
+        rec, history = self.rec, self.history
         events = rec.tape.events
         while rec.seq < end:
-            rec.record(events[rec.seq])
+            event = rec.record(events[rec.seq])
+            if type(event) is ToolCalled or type(event) is ToolReturned:  # tools the agent ran: it observes them
+                history.append(event)
         if calls and end > rec.tape.copied:
             self.count(who, calls)
 

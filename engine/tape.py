@@ -26,7 +26,7 @@ from msgspec import UNSET
 
 from .calls import model_call
 from .codec import decode
-from .contracts import AgentReply, FaultReport, ModelCall, ToolCall, UserReply
+from .contracts import AgentReply, ExecutedCall, FaultReport, ModelCall, ToolCall, UserReply
 from .events import AgentTurn, EpisodeEnded, EpisodeRef, EpisodeStarted, Event, Fault, ModelCalled, ToolCalled, \
     ToolReturned, UserTurn, event_type
 
@@ -157,34 +157,59 @@ class Tape:
         return self.events[seq].end and seq + 1 < self.end and type(self.events[seq + 1]) is EpisodeEnded
 
     def agent_step(self, seq: int) -> TapedReply | None:
-        """The agent's answer logged from ``seq`` on: its faults, then one round of tool calls (told apart from
-        the next round by its virtual time) or its turn; None when the tape ends before the answer does (the
-        agent is asked again); TapedFailure when the logged agent failed there."""
+        """The agent's answer logged from ``seq`` on: its faults and model calls, the tools it ran itself, then one
+        round of tool calls (told apart from the next round by its virtual time) or its turn; None when the tape
+        ends before the answer does (the agent is asked again); TapedFailure when the logged agent failed there."""
         events, end = self.events, self.end
         faults, model_calls, i = self._preamble(seq, "agent")
+        executed, i = self._executed(i)
         first = events[i] if i < end else None
-        if type(first) is ToolCalled:
+        if type(first) is ToolCalled and first.executed_by is UNSET:
             calls, j = [], i
-            while j < end and events[j].t == first.t and (type(events[j]) in (ToolCalled, ToolReturned) or (
+            while j < end and events[j].t == first.t and (type(events[j]) is ToolReturned or (
+                    type(events[j]) is ToolCalled and events[j].executed_by is UNSET) or (
                     type(events[j]) is Fault and events[j].who == "tool")):
                 e = events[j]
                 if type(e) is ToolCalled:
                     calls.append(ToolCall(service=e.service, method=e.method, parameters=e.parameters,
                                           call_id=e.call_id))
                 j += 1
-            return TapedReply(tool_calls=calls, faults=faults, model_calls=model_calls, t=first.t, after_faults=i,
-                              step_end=j)
-        if type(first) is AgentTurn:
-            return TapedReply(utterance=first.utterance, frames=first.frames, state=first.state,
-                              tagged_slots=first.tagged_slots, end=first.end, usage=first.usage, cost=first.cost,
-                              action=first.action, action_by=first.action_by, prompt=first.prompt,
-                              latency=first.latency, faults=faults, model_calls=model_calls,
-                              t=first.t, after_faults=i, step_end=i + 1)
+            reply = TapedReply(tool_calls=calls, faults=faults, model_calls=model_calls, t=first.t, after_faults=i,
+                               step_end=j)
+        elif type(first) is AgentTurn:
+            reply = TapedReply(utterance=first.utterance, frames=first.frames, state=first.state,
+                               tagged_slots=first.tagged_slots, end=first.end, usage=first.usage, cost=first.cost,
+                               action=first.action, action_by=first.action_by, prompt=first.prompt,
+                               latency=first.latency, faults=faults, model_calls=model_calls,
+                               t=first.t, after_faults=i, step_end=i + 1)
+        else:
+            reply = None
+        if reply is not None:
+            if executed:  # set apart: msgspec takes more than 16 keywords a few times slower
+                reply.executed = executed
+            return reply
         if first is None:
             return None
         if type(first) is EpisodeEnded and faults and not model_calls:
             raise TapedFailure(first.reason, faults, events[seq].t)
         raise Divergence(i, event_type(first), "type", event_type(first), "an agent step")
+
+    def _executed(self, i: int) -> tuple[list[ExecutedCall], int]:
+        """The tools the agent ran itself logged from ``i`` on (each call with what it gave back), and the seq past
+        them."""
+        events, end, executed = self.events, self.end, []
+        while i < end and type(events[i]) is ToolCalled and events[i].executed_by is not UNSET:
+            call = events[i]
+            if i + 1 == end:
+                return executed, end  # the tape ends inside the pair: the agent answers again
+            done = events[i + 1]
+            if type(done) is not ToolReturned or done.call_id != call.call_id:
+                break  # not a pair: a divergence, named by the step
+            executed.append(ExecutedCall(service=call.service, method=call.method, parameters=call.parameters,
+                                         call_id=call.call_id, results=done.results, error=done.error,
+                                         latency=done.latency))
+            i += 2
+        return executed, i
 
     def _preamble(self, seq: int, who: str) -> tuple[list[FaultReport], list[ModelCall], int]:
         """What ``who`` logged from ``seq`` on before its step: its model calls (each with the faults logged just

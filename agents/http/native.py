@@ -17,8 +17,10 @@ from pathlib import Path
 from typing import Any, Literal, Union
 
 import msgspec
+from msgspec import UNSET
 
-from ...engine.contracts import AgentReply, EpisodeContext, FaultReport, Observation, ToolCall, ToolResult, ToolSpec
+from ...engine.contracts import (AgentReply, EpisodeContext, ExecutedCall, FaultReport, Observation, ToolCall, ToolResult,
+                                 ToolSpec)
 from ...engine.events import (Act, AgentTurn, DialogueState, Event, Frame, SlotSpan, ToolCalled, ToolReturned, Usage,
                               UserTurn)
 from ...engine.memo import IdentityMemo
@@ -50,12 +52,14 @@ class AgentMessage(msgspec.Struct, tag_field="role", tag="agent", kw_only=True, 
 
 
 class ToolCallMessage(msgspec.Struct, tag_field="role", tag="tool_call", kw_only=True, omit_defaults=True):
-    """A tool call the agent made (an SGD service intent) and the engine ran."""
+    """A tool call the agent made (an SGD service intent) and the engine ran; ``executed_by`` "agent" when the
+    agent ran it itself and reported it (``executed`` in its response)."""
 
     call_id: str
     service: str
     method: str
     parameters: dict[str, Any] = {}
+    executed_by: str | None = None
 
 
 class ToolResultMessage(msgspec.Struct, tag_field="role", tag="tool_result", kw_only=True, omit_defaults=True):
@@ -102,7 +106,9 @@ class ResponseToolCall(msgspec.Struct, kw_only=True, forbid_unknown_fields=True)
 
 
 class NativeResponse(msgspec.Struct, kw_only=True):
-    """The agent's answer: tool calls to run, or its turn (utterance, acts, state, end flag), and usage."""
+    """The agent's answer: tool calls to run, or its turn (utterance, acts, state, end flag), and usage; with
+    either, the tool calls it ran itself for this answer and what they gave back (``executed``: logged before
+    the answer, no world called)."""
 
     protocol: Literal["dialogsim/1"] = "dialogsim/1"
     utterance: str = ""
@@ -114,6 +120,7 @@ class NativeResponse(msgspec.Struct, kw_only=True):
     end: bool = False
     usage: Usage | None = None
     action: str | None = None
+    executed: list[ExecutedCall] = []
 
 
 _request_encoder = msgspec.json.Encoder()
@@ -180,7 +187,8 @@ def event_message(event: Event) -> Message | None:
         return agent_message(event)
     if isinstance(event, ToolCalled):
         return ToolCallMessage(call_id=event.call_id, service=event.service, method=event.method,
-                               parameters=event.parameters)
+                               parameters=event.parameters,
+                               executed_by=None if event.executed_by is UNSET else event.executed_by)
     if isinstance(event, ToolReturned):
         return ToolResultMessage(call_id=event.call_id, results=event.results, error=event.error)
     return None
@@ -404,17 +412,20 @@ class NativeHttpAgent:
         if response.tool_calls:
             self._last_calls = [ToolCall(service=c.service, method=c.method, parameters=c.parameters,
                                          call_id=c.call_id) for c in response.tool_calls]
-            return AgentReply(tool_calls=self._last_calls, faults=faults)
+            return AgentReply(tool_calls=self._last_calls, faults=faults, executed=response.executed)
         self._last_calls = _NO_CALLS
         frames = response.frames
         if not frames and response.acts:
             user = self._obs.user
             frames = [Frame(service=user.frames[0].service if user.frames else "", actions=response.acts)]
         usage, cost = self._meter.take() if self._meter is not None else (None, None)
-        return AgentReply(utterance=response.utterance, frames=frames, state=response.state,
-                          tagged_slots=response.tagged_slots, end=response.end,
-                          usage=usage, cost=cost, action=response.action, faults=faults,
-                          latency=self._elapsed if self._f.measured_latency else None)
+        reply = AgentReply(utterance=response.utterance, frames=frames, state=response.state,
+                           tagged_slots=response.tagged_slots, end=response.end,
+                           usage=usage, cost=cost, action=response.action, faults=faults,
+                           latency=self._elapsed if self._f.measured_latency else None)
+        if response.executed:
+            reply.executed = response.executed
+        return reply
 
 
 class NativeAgentFactory(HttpAgentFactory):

@@ -60,8 +60,11 @@ def _event(m: Message, ep: str, seq: int) -> Event:
         return AgentTurn(run="", ep=ep, seq=seq, t=0.0, wall=0, turn=m.turn, utterance=m.utterance,
                          frames=m.frames, state=m.state, end=m.end)
     if isinstance(m, ToolCallMessage):
-        return ToolCalled(run="", ep=ep, seq=seq, t=0.0, wall=0, call_id=m.call_id, service=m.service,
-                          method=m.method, parameters=m.parameters)
+        called = ToolCalled(run="", ep=ep, seq=seq, t=0.0, wall=0, call_id=m.call_id, service=m.service,
+                            method=m.method, parameters=m.parameters)
+        if m.executed_by is not None:
+            called.executed_by = m.executed_by
+        return called
     return ToolReturned(run="", ep=ep, seq=seq, t=0.0, wall=0, call_id=m.call_id, results=m.results,
                         error=m.error)
 
@@ -107,8 +110,10 @@ class AgentHost:
         agent = self.make_agent()
         seed = stable_hash("served-agent", episode_id) if seed is None else seed
         scenario = scenario or Scenario(id=episode_id, kind="unknown")
-        agent.start(EpisodeContext(episode_id=episode_id, scenario=scenario, tools=tools,
-                                   rng=stream(seed, "agent"), seed=seed))
+        start = getattr(agent, "start", None)  # optional, as in the engine: an agent may only respond
+        if start is not None:
+            start(EpisodeContext(episode_id=episode_id, scenario=scenario, tools=tools, rng=stream(seed, "agent"),
+                                 seed=seed))
         return _Session(agent=agent)
 
     async def _call(self, session: _Session, results: list[ToolResult]) -> AgentReply:
@@ -123,6 +128,7 @@ class AgentHost:
         """Feed the messages after ``session.pos``; the reply to the last of them is the answer."""
         reply: AgentReply | None = None
         group: list[ToolResult] = []
+        executed: set[str] = set()  # calls the agent ran itself: their results answer no step of the engine's
         n = len(messages)
         for i in range(session.pos, n):
             m = messages[i]
@@ -135,7 +141,9 @@ class AgentHost:
                 session.pending = len(reply.tool_calls)
             elif isinstance(m, AgentMessage):
                 session.pending, group = 0, []
-            elif isinstance(m, ToolResultMessage):
+            elif isinstance(m, ToolCallMessage) and m.executed_by is not None:
+                executed.add(m.call_id)
+            elif isinstance(m, ToolResultMessage) and m.call_id not in executed:
                 group.append(ToolResult(call_id=m.call_id, results=m.results, error=m.error))
                 nxt = messages[i + 1] if i + 1 < n else None
                 # A step ends when the agent has all the results it asked for, or the tool run ends.
@@ -153,7 +161,7 @@ def native_response(reply: AgentReply) -> NativeResponse:
     """An agent's reply as a dialogsim/1 response."""
     return NativeResponse(utterance=reply.utterance, frames=reply.frames, state=reply.state,
                           tagged_slots=reply.tagged_slots, end=reply.end,
-                          usage=reply.usage, action=reply.action,
+                          usage=reply.usage, action=reply.action, executed=reply.executed,
                           tool_calls=[ResponseToolCall(service=c.service, method=c.method, parameters=c.parameters,
                                                        call_id=c.call_id) for c in reply.tool_calls])
 

@@ -23,6 +23,8 @@ from __future__ import annotations
 
 from typing import Any, Callable, Iterable
 
+from msgspec import UNSET
+
 from ...engine.contracts import Call, Claim, completed_calls
 from ...engine.events import Act, AgentTurn, Frame, ToolCalled, ToolReturned, UserTurn
 from .normalize import number
@@ -163,7 +165,7 @@ def invented(events: Iterable[Any], canonical: Callable[[str, str, str], str | N
         elif kind is UserTurn:
             if event.frames:
                 heard.append(event.frames)
-        elif kind is ToolCalled:
+        elif kind is ToolCalled and event.executed_by is UNSET:  # what the agent ran itself is not the world's
             services[event.call_id] = event.service
         elif kind is ToolReturned:
             service = services.get(event.call_id)

@@ -97,6 +97,29 @@ def test_a_fork_at_turn_k_copies_the_first_k_turns_with_their_tool_events():
                                                                        ("new", "f", 2, 11.2, 7)]
 
 
+def test_tools_the_agent_ran_itself_are_read_back_with_its_answer():
+    """Executed calls (tool_called by the agent, then its tool_returned) before a tool round or a turn come back as
+    the answer's ``executed``, past them its own step; a tape cut inside such a pair asks the agent again."""
+    events = [EpisodeStarted(seq=0, t=0.0, scenario_id="s", seed=1, **ENV), _turn(1, 1.0),
+              ToolCalled(seq=2, t=1.2, call_id="x", service="", method="lookup", parameters={"q": 1},
+                         executed_by="agent", **ENV),
+              ToolReturned(seq=3, t=1.2, call_id="x", results=[{"a": 1}], latency=0.1, **ENV),
+              ToolCalled(seq=4, t=1.2, call_id="a", service="S", method="M", **ENV),
+              ToolReturned(seq=5, t=1.2, call_id="a", results=[], **ENV),
+              ToolCalled(seq=6, t=1.2, call_id="y", service="", method="note", executed_by="agent", **ENV),
+              ToolReturned(seq=7, t=1.2, call_id="y", error="down", **ENV),
+              _turn(8, 1.2, cls=AgentTurn, latency=0.2)]
+    tape = Tape(events)
+    rounds = tape.agent_step(2)
+    assert [(c.call_id, c.method, c.parameters, c.results, c.latency) for c in rounds.executed] == [
+        ("x", "lookup", {"q": 1}, [{"a": 1}], 0.1)]
+    assert [c.call_id for c in rounds.tool_calls] == ["a"] and (rounds.after_faults, rounds.step_end) == (4, 6)
+    turn = tape.agent_step(6)  # the round at the same time ends at the next answer's own call
+    assert [(c.call_id, c.error) for c in turn.executed] == [("y", "down")] and turn.utterance == "hi"
+    assert (turn.after_faults, turn.step_end) == (8, 9)
+    assert Tape(events[:3]).agent_step(2) is None
+
+
 def _called(seq, t, role, digest, **kw):
     return ModelCalled(seq=seq, t=t, role=role, model="m", digest=digest, content=f"answer {digest}", **ENV, **kw)
 
