@@ -8,6 +8,12 @@ except in evalset cases, whose starting prompt is said verbatim. A message conta
 dialogue goes on until the turn limit. Its turns are annotated by ``users/llm_reading.py`` (acts and spans read
 from its words and marked inferred, the true state from its goal) when the scenario is an SGD goal.
 
+A clarify-or-answer task (``--scenarios proactive:...``) is played as the persona user plays it, with the
+model's words: a persona per episode drawn as the persona user draws it (options ``persona=NAME``,
+``personas=FILE``), in the prompt; the task's query said as it is, with the persona (the assistant picks its
+action from it); then the model's answer to the assistant's message, in the persona's voice, as the user's
+last word, carrying the rule-based reaction model's signals (``reaction``: what the preference pairs score).
+
 Requests go through ``agents/http/chat.py`` with the live agent's client (timeouts, retries with Retry-After,
 the bound on requests in flight, the size cap), so every failed attempt is a ``fault`` with ``who=user``
 and every answer a ``model_called`` event before the turn. A resumed episode's logged calls are answered from
@@ -28,8 +34,11 @@ from ..agents.http.openai_chat import chat_url
 from ..engine.contracts import EpisodeContext, ModelCall, UserReply, Verdict
 from ..engine.errors import UserError
 from ..engine.events import AgentTurn, UserTurn
+from ..scenarios.proactive.reaction import react
+from ..scenarios.proactive.records import SCENARIO_KIND as TASK_KIND
 from .llm_prompt import STOP, opening_request, render
 from .llm_reading import TurnReader
+from .persona import persona_cast
 
 
 class LlmUser:
@@ -44,7 +53,12 @@ class LlmUser:
         """Render the episode's system prompt and get ready to read its turns."""
         f = self._f
         self.ctx = ctx
-        system, self.opening = render(ctx.scenario, f.stop)
+        self.persona = f.personas.persona(ctx.seed) if ctx.scenario.kind == TASK_KIND else None
+        self.record = f.personas.records[self.persona.name] if self.persona is not None else None
+        system, self.opening = render(ctx.scenario, f.stop, self.record)
+        if self.persona is not None:  # the task as it is: the assistant's task is the state's query
+            self.opening = str(ctx.scenario.data["query"])
+        self.reaction: str | None = None
         self.messages: list[dict[str, str]] = [{"role": "system", "content": system},
                                                {"role": "user", "content": opening_request()}]
         data = ctx.scenario.data
@@ -108,13 +122,31 @@ class LlmUser:
         frames = self.reader.read(utterance, self._heard) if self.reader is not None else []
         usage = calls[0].usage if calls else None
         cost = calls[0].cost if calls else None
-        return UserReply(utterance=utterance, frames=frames, end=end, model_calls=calls, usage=usage, cost=cost,
-                         inferred=self.reader is not None)
+        reply = UserReply(utterance=utterance, frames=frames, end=end, model_calls=calls, usage=usage, cost=cost,
+                          inferred=self.reader is not None)
+        if self.persona is not None:
+            self.persona_turn(reply)
+        return reply
+
+    def persona_turn(self, reply: UserReply) -> None:
+        """A persona's turn: it says who it plays; its reply to the assistant is its last word, with the reaction
+        model's signals."""
+        reply.persona = self.record
+        if self._heard is not None:
+            reaction = react(self._heard.utterance, self.persona)
+            self.reaction = reaction.kind
+            reply.end = reply.final = True
+            reply.reaction = reaction.meta
 
     def verdict(self) -> Verdict:
         """Success when the user ended the dialogue with the stop marker (its claims go to the scenario's
         judge); a failure when the agent ended it first."""
         reward = {"turns": self.turns}
+        if self.persona is not None:
+            if self.reaction is None:
+                return Verdict(outcome="failure", reason="the assistant ended the dialogue before the persona reacted",
+                               reward=reward)
+            return Verdict(outcome="success", reason=f"the persona reacted: {self.reaction}", reward=reward)
         if self.stopped:
             claims = self.reader.claims() if self.reader is not None else []
             return Verdict(outcome="success", reason="the user ended the dialogue", reward=reward, claims=claims)
@@ -130,7 +162,7 @@ class LlmUserFactory(HttpAgentFactory):
     role = "user"
     protocol = "llm"
     usage = "llm:http://HOST:PORT (an OpenAI-compatible API base URL)"
-    own_options = frozenset({"model", "temperature", "max_tokens", "stop"})
+    own_options = frozenset({"model", "temperature", "max_tokens", "stop", "persona", "personas"})
     common_options = COMMON_OPTIONS - {"latency"}  # a user's think time is the engine's model
     agent = LlmUser
 
@@ -149,6 +181,8 @@ class LlmUserFactory(HttpAgentFactory):
         max_tokens = number_option(options, "max_tokens", 0, integer=True, who="user")
         self.max_tokens = max_tokens or None
         self.stop = str(options.get("stop") or STOP)
+        # clarify-or-answer tasks are played as personas (module docstring)
+        self.personas = persona_cast(options.get("personas"), options.get("persona"))
 
     def endpoint(self, url: str) -> str:
         """The completions URL of the API base URL given."""

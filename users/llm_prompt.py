@@ -48,9 +48,10 @@ def fill(file: str, section: str, **values: Any) -> str:
     return string.Template(sections(file)[section]).substitute({k: str(v) for k, v in values.items()})
 
 
-def render(scenario: Scenario, stop: str = STOP) -> tuple[str, str | None]:
-    """The system prompt of a model-driven user playing ``scenario``, and the opening turn it says without
-    asking the model (an evalset case's starting prompt), or None; ValueError for a scenario it cannot play."""
+def render(scenario: Scenario, stop: str = STOP, persona: dict[str, Any] | None = None) -> tuple[str, str | None]:
+    """The system prompt of a model-driven user playing ``scenario`` (as ``persona`` when given, else as the
+    scenario's own persona, if any), and the opening turn it says without asking the model (an evalset case's
+    starting prompt), or None; ValueError for a scenario it cannot play."""
     data = scenario.data
     opening = None
     user = data.get("user")
@@ -64,7 +65,7 @@ def render(scenario: Scenario, stop: str = STOP) -> tuple[str, str | None]:
     else:
         raise ValueError(f"the llm user cannot play scenario {scenario.id!r} (kind {scenario.kind!r}): it plays SGD "
                          "goals, evalset cases (a conversation plan) and tasks with a query")
-    persona = persona_text(data.get("persona"))
+    persona = persona_text(persona or data.get("persona"))
     system = fill("user", "system", task=task, persona=persona + "\n" if persona else "", stop=stop)
     return re.sub(r"\n{3,}", "\n\n", system), opening
 

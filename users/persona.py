@@ -77,9 +77,13 @@ def make_factory(arg: str | None, scenarios: Any, options: dict[str, Any]) -> Pe
     unknown = sorted(set(options) - set(OPTIONS))
     if unknown:
         raise UserError(f"persona user: unknown option {unknown[0]!r} (known: {', '.join(OPTIONS)})")
-    personas = load_personas(arg) if arg else BUILTIN_PERSONAS
-    name = options.get("persona")
     replies = str(options.get("replies") or "english")
     if replies not in REPLIES:
         raise UserError(f"persona user: option replies={replies!r}: expected {' or '.join(REPLIES)}")
+    return persona_cast(arg, options.get("persona"), replies)
+
+
+def persona_cast(file: str | None, name: str | None, replies: str = "english") -> PersonaCast:
+    """The personas of ``file`` (the built-in ones without it), one of them fixed when ``name`` is given."""
+    personas = load_personas(file) if file else BUILTIN_PERSONAS
     return PersonaCast(personas, persona_named(personas, name) if name else None, replies)
