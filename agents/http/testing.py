@@ -84,10 +84,19 @@ def serve_in_thread(app: web.Application, host: str = "127.0.0.1", port: int = 0
     try:
         yield f"{'https' if ssl_context else 'http'}://{host}:{box['port']}"
     finally:
-        asyncio.run_coroutine_threadsafe(box["runner"].cleanup(), loop).result(timeout=10)
+        asyncio.run_coroutine_threadsafe(_stop(box["runner"]), loop).result(timeout=10)
         loop.call_soon_threadsafe(loop.stop)
         thread.join(timeout=10)
         loop.close()
+
+
+async def _stop(runner: web.AppRunner) -> None:
+    """Stop serving, then end the handlers still waiting (a hanging fault's), so that none is destroyed pending."""
+    await runner.cleanup()
+    left = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+    for task in left:
+        task.cancel()
+    await asyncio.gather(*left, return_exceptions=True)
 
 
 def first_attempt_faults(faults: tuple[str, ...] = FAULTS) -> Callable[[str, int], str | None]:
