@@ -220,6 +220,7 @@ class AgentReply(msgspec.Struct, kw_only=True):
     executed: list[ExecutedCall] = []  # tools the agent ran itself for this answer: logged before it, no world called
     action_by: str | UnsetType = UNSET  # who chose ``action`` ("persona", "manual", ...), logged when set
     prompt: str | UnsetType = UNSET  # the instructions the turn was made under (an action's system prompt)
+    agent_name: str | None = None  # the (sub-)agent that answered, when the agent names it (traces, evals)
 
 
 class AgentFailure(Exception):

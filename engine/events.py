@@ -188,7 +188,8 @@ class AgentTurn(Event, tag="agent_turn", kw_only=True):
 
     A policy-style agent's turn has its ``action`` label, ``action_by`` (who chose it: "persona", "manual",
     ...) and ``prompt`` (the instructions the turn was generated under, e.g. the action's system prompt);
-    those two are left out of the encoding when unset, so other agents' logs do not change.
+    those two are left out of the encoding when unset, so other agents' logs do not change. ``agent_name``: the
+    agent (or sub-agent) that answered, when the agent names it (left out when unset, likewise).
     """
 
     turn: int
@@ -204,6 +205,7 @@ class AgentTurn(Event, tag="agent_turn", kw_only=True):
     raw_act: dict[str, Any] | UnsetType = UNSET
     action_by: str | UnsetType = UNSET
     prompt: str | UnsetType = UNSET
+    agent_name: str | UnsetType = UNSET
 
 
 class ModelCalled(Event, tag="model_called", kw_only=True):

@@ -557,6 +557,8 @@ class _Dialogue:
                                action=answer.action)
             if answer.action is not None:  # set apart: msgspec takes more than 16 keywords a few times slower
                 spoken.action_by, spoken.prompt = answer.action_by, answer.prompt
+            if answer.agent_name is not None:
+                spoken.agent_name = answer.agent_name
             take(spoken)
             rec.seq = seq = seq + 1
             remember(spoken)

@@ -187,6 +187,8 @@ class Tape:
         if reply is not None:
             if executed:  # set apart: msgspec takes more than 16 keywords a few times slower
                 reply.executed = executed
+            if type(first) is AgentTurn and first.agent_name is not UNSET:
+                reply.agent_name = first.agent_name
             return reply
         if first is None:
             return None

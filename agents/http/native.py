@@ -121,6 +121,7 @@ class NativeResponse(msgspec.Struct, kw_only=True):
     usage: Usage | None = None
     action: str | None = None
     executed: list[ExecutedCall] = []
+    agent: str | None = None  # the (sub-)agent that answered, if the agent names it
 
 
 _request_encoder = msgspec.json.Encoder()
@@ -425,6 +426,8 @@ class NativeHttpAgent:
                            latency=self._elapsed if self._f.measured_latency else None)
         if response.executed:
             reply.executed = response.executed
+        if response.agent is not None:
+            reply.agent_name = response.agent
         return reply
 
 

@@ -161,7 +161,7 @@ def native_response(reply: AgentReply) -> NativeResponse:
     """An agent's reply as a dialogsim/1 response."""
     return NativeResponse(utterance=reply.utterance, frames=reply.frames, state=reply.state,
                           tagged_slots=reply.tagged_slots, end=reply.end,
-                          usage=reply.usage, action=reply.action, executed=reply.executed,
+                          usage=reply.usage, action=reply.action, executed=reply.executed, agent=reply.agent_name,
                           tool_calls=[ResponseToolCall(service=c.service, method=c.method, parameters=c.parameters,
                                                        call_id=c.call_id) for c in reply.tool_calls])
 

@@ -19,7 +19,7 @@ import msgspec
 
 from ...engine.log import RunDir
 from .episode import EpisodeRecord, RunFacts, agent_state, episode_record, run_facts
-from .spans import agent_name, episode_spans, session_id, to_ns
+from .spans import agent_name, episode_spans, session_id, to_ns, turn_agent
 
 COLUMNS = [
     "eval_id", "session_id", "agent_name", "timestamp", "score.hallucinations_v1", "score.safety_v1",
@@ -50,7 +50,7 @@ def episode_row(record: EpisodeRecord, facts: RunFacts) -> list[str]:
     turns = record.agent_turns()
     calls = record.calls()
     spans = episode_spans(record, facts)
-    sub_agent_trace = [{"agent_name": name, "text_response": t.utterance} for t in turns]
+    sub_agent_trace = [{"agent_name": turn_agent(record, t), "text_response": t.utterance} for t in turns]
     used = [t.usage for t in turns if t.usage is not None]
     state = agent_state(record)
     golden = record.golden

@@ -17,7 +17,7 @@ import msgspec
 from ...engine.log import RunDir
 from .episode import EpisodeRecord, RunFacts, agent_state, episode_record, run_facts, true_state
 from .golden import GoldenQuestion, ReferenceData, ToolInteraction, encode_golden
-from .spans import agent_name
+from .spans import agent_name, agent_trajectory
 
 _decoder = msgspec.json.Decoder(GoldenQuestion)
 
@@ -69,7 +69,7 @@ def episode_question(record: EpisodeRecord, facts: RunFacts) -> GoldenQuestion:
     reference = ReferenceData(
         reference_tool_interactions=[ToolInteraction(tool_name=c.name, input_arguments=c.arguments)
                                      for c in record.calls()],
-        reference_trajectory=[name] if record.exchanges else [],
+        reference_trajectory=agent_trajectory(record),
         reference_state_variables=state)
     return GoldenQuestion(id=question_id(record), user_inputs=[x.user.utterance for x in record.exchanges],
                           agents_evaluated=list(golden.get("agents_evaluated") or [name]), metadata=metadata,

@@ -13,7 +13,9 @@ from hashlib import blake2b
 from typing import Any
 
 import msgspec
+from msgspec import UNSET
 
+from ...engine.events import AgentTurn
 from .episode import EpisodeRecord, Exchange, RunFacts, ToolCallRecord
 
 
@@ -48,8 +50,23 @@ def session_id(record: EpisodeRecord) -> str:
 
 
 def agent_name(record: EpisodeRecord) -> str:
-    """The agent's name in traces: its spec as the run recorded it (``schema``, ``openai:http://...``)."""
+    """The agent's name in traces: the name its first answer gave (dialogsim/1's ``agent``), else its spec as
+    the run recorded it (``schema``, ``openai:http://...``)."""
+    for turn in record.agent_turns():
+        if turn.agent_name is not UNSET:
+            return turn.agent_name
     return record.agent_spec or "agent"
+
+
+def turn_agent(record: EpisodeRecord, turn: AgentTurn | None) -> str:
+    """The agent that answered ``turn``: the name it gave, else the episode's agent name."""
+    return turn.agent_name if turn is not None and turn.agent_name is not UNSET else agent_name(record)
+
+
+def agent_trajectory(record: EpisodeRecord) -> list[str]:
+    """The agents that answered, in order, a run of the same agent counted once."""
+    names = [turn_agent(record, x.agent) for x in record.exchanges]
+    return [n for i, n in enumerate(names) if i == 0 or names[i - 1] != n]
 
 
 def to_ns(facts: RunFacts, t: float) -> int:
@@ -76,7 +93,7 @@ def _exchange_spans(record: EpisodeRecord, facts: RunFacts, x: Exchange, end_t: 
     run, ep, seq = record.run, record.ep, x.user.seq
     trace = hex_id(16, run, ep, seq, "trace")
     start_ns, end_ns = to_ns(facts, x.user.t), to_ns(facts, end_t)
-    name = agent_name(record)
+    name = turn_agent(record, x.agent)
     invocation = Span(name=INVOCATION, span_id=hex_id(8, run, ep, seq, INVOCATION), trace_id=trace,
                       parent_span_id=None, start_time=start_ns, end_time=end_ns, attributes={})
     agent = Span(name=f"{INVOKE_AGENT} {name}", span_id=hex_id(8, run, ep, seq, INVOKE_AGENT), trace_id=trace,

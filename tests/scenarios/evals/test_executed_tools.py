@@ -1,4 +1,5 @@
-"""Agents that run their own tools: dialogsim/1's ``executed``, logged as the agent's tool calls, scored, read back."""
+"""Agents that run their own tools and name themselves: dialogsim/1's ``executed`` (logged as the agent's tool
+calls, scored, read back) and ``agent`` (the sub-agent that answered, in traces and trajectories)."""
 
 from __future__ import annotations
 
@@ -32,14 +33,16 @@ def own_tools(text: str) -> list[ExecutedCall]:
 
 
 def native_agent_app(seen: list[dict]) -> web.Application:
-    """A dialogsim/1 agent that runs its tools itself and reports them with its turn."""
+    """A dialogsim/1 agent that runs its tools itself and reports them with its turn, naming the sub-agent that
+    answered ("promotions" for a discount code, else "customer_service")."""
 
     async def handle(request: web.Request) -> web.Response:
         body = await request.json()
         seen.append(body)
         executed = own_tools(body["user"]["utterance"])
         answer = f"Done: {executed[0].results[0]}" if executed else "Hello!"
-        return web.json_response({"protocol": "dialogsim/1", "utterance": answer,
+        name = "promotions" if executed and executed[0].method == "generate_qr_code" else "customer_service"
+        return web.json_response({"protocol": "dialogsim/1", "utterance": answer, "agent": name,
                                   "executed": msgspec.to_builtins(executed)})
 
     app = web.Application()
@@ -52,13 +55,16 @@ class OwnToolsAgent:
 
     def respond(self, obs: Any) -> AgentReply:
         executed = own_tools(obs.user.utterance)
-        return AgentReply(utterance=f"Done: {executed[0].results[0]}" if executed else "Hello!", executed=executed)
+        name = "promotions" if executed and executed[0].method == "generate_qr_code" else "customer_service"
+        return AgentReply(utterance=f"Done: {executed[0].results[0]}" if executed else "Hello!", executed=executed,
+                          agent_name=name)
 
 
 def _calls(run) -> list[tuple]:
+    """The tool events and the agent names of a run's turns."""
     events = list(read_events(run))
-    return [(type(e).__name__, getattr(e, "executed_by", None), getattr(e, "results", None)) for e in events
-            if type(e) in (ToolCalled, ToolReturned)]
+    return [(type(e).__name__, getattr(e, "executed_by", None), getattr(e, "results", None),
+             getattr(e, "agent_name", None)) for e in events if type(e) in (ToolCalled, ToolReturned, AgentTurn)]
 
 
 @pytest.fixture
@@ -99,12 +105,16 @@ def test_executed_tools_are_scored_and_projected(native_run, golden_file, run_cl
     assert status == 0, err
     per = {e["scenario_id"]: e["metrics"] for e in json.loads((tmp_path / "m.json").read_text())["per_episode"]}
     assert per["cart"]["tool_call.f1"] == 1.0 and per["cart"]["tool.success_rate"] == 1.0
+    assert per["cart"]["trajectory.exact"] == 1.0  # the agent named itself as the reference does
     status, out, err = run_cli("project", run, "--to", "golden")
     assert status == 0, err
     golden = json.loads(next((run / "projections").glob("golden@*/golden.json")).read_text())
     cart = next(q for q in golden["golden_questions"] if "what is in my cart?" in q["user_inputs"])
     assert [c["tool_name"] for c in cart["reference_data"]["reference_tool_interactions"]] == [
         "access_cart_information"]
+    discount = next(q for q in golden["golden_questions"] if q is not cart)
+    assert (cart["reference_data"]["reference_trajectory"], discount["reference_data"]["reference_trajectory"]) == (
+        ["customer_service"], ["promotions"])
 
 
 @pytest.mark.slow
@@ -138,7 +148,8 @@ def test_a_fork_copying_executed_tools_goes_on_as_its_parent(tmp_path, golden_fi
 
 @pytest.mark.slow
 def test_serve_agent_passes_executed_tools_through(tmp_path, golden_file, run_cli):
-    """A Python agent reporting executed calls, served over dialogsim/1, logs what the native app logs."""
+    """A Python agent reporting executed calls and its name, served over dialogsim/1, logs what the native app
+    logs."""
     runs = {}
     for name, app in (("native", native_agent_app([])), ("served", make_app(OwnToolsAgent))):
         runs[name] = tmp_path / name
@@ -147,7 +158,8 @@ def test_serve_agent_passes_executed_tools_through(tmp_path, golden_file, run_cl
             status, out, err = run_cli("run", "--scenarios", f"golden:{golden_file}", "--agent",
                                        f"http:{url}{path}", "--episodes", 2, "--out", runs[name], "--no-progress")
         assert status == 0, err
-    assert _calls(runs["served"]) == _calls(runs["native"]) and len(_calls(runs["native"])) == 4
+    assert _calls(runs["served"]) == _calls(runs["native"]) and len(_calls(runs["native"])) == 4 + 4
+    assert {c[3] for c in _calls(runs["native"]) if c[0] == "AgentTurn"} == {"customer_service", "promotions"}
 
 
 def test_a_bad_executed_entry_is_a_protocol_error_naming_the_field():
