@@ -237,7 +237,7 @@ def _stays(told: set) -> bool:
     return "GOODBYE" not in told
 
 
-def _told(turn: UserTurn) -> set:
+def _acts_told(turn: UserTurn) -> set:
     """The acts a logged user turn says, by name and by (name, slot)."""
     told: set = set()
     for frame in turn.frames:
@@ -342,7 +342,7 @@ class AgendaUser:
             for a in frame.actions:
                 if a.act == "INFORM" and a.values and a.canonical_values:
                     self.spoken[(frame.service, a.slot, a.canonical_values[0])] = a.values[0]
-        self._told = _told(turn)
+        self._told = _acts_told(turn)
         if self.noise is not None:
             self._told |= self._dropped(turn)
         try:
