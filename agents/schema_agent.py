@@ -18,7 +18,7 @@ from operator import attrgetter, itemgetter
 from typing import Any, NamedTuple
 
 from ..engine.contracts import AgentReply, EpisodeContext, Observation, ToolCall
-from ..engine.events import Act, DialogueState, Frame, SlotSpan
+from ..engine.events import Act, AgentTurn, DialogueState, Frame, SlotSpan, ToolCalled, ToolReturned, UserTurn
 from ..scenarios.sgd.values import ANY_VALUES
 from .nlu import ValueMatcher
 
@@ -171,6 +171,11 @@ def _kinds(said: list[tuple[str, list[Act]]]) -> set[str]:
     return {a.act for _, acts in said for a in acts}
 
 
+def _closes_selection(kinds: set[str], intent: str | None, svc: ServiceSchema) -> bool:
+    """Whether the user's turn chose one of the results of a search (asking for no others)."""
+    return "SELECT" in kinds and "INFORM_INTENT" not in kinds and "REQUEST_ALTS" not in kinds and intent in svc.search
+
+
 class _Tracks(dict):
     """Service name -> its track, made on first use: ``tracks[name]`` always has one, ``get`` only if known."""
 
@@ -241,6 +246,56 @@ class SchemaAgent:
             for service, span in found:
                 self._tagged.setdefault(service, []).append(span)
         return self._hear(said, user.end)
+
+    def warm(self, history: list[Any]) -> None:
+        """Take a logged episode as its own past (a fork's copied prefix), without realizing a word: each user turn
+        it answered is heard as live, each call's results are taken, and each of its turns is noted as said."""
+        answered = max((i for i, e in enumerate(history) if type(e) is AgentTurn), default=-1)
+        heard: Heard | None = None
+        for event in history[:answered + 1]:  # a user turn after its last one is still to be answered
+            kind = type(event)
+            if kind is UserTurn:
+                heard = self.listen(Observation(user=event, history=[]))
+                self._decided(heard)
+            elif kind is ToolCalled:
+                self.pending = (event.service, event.method, [])
+            elif kind is ToolReturned and self.pending is not None:
+                self.take_results(event)
+            elif kind is AgentTurn:
+                self._recall(event)
+
+    def _decided(self, heard: Heard) -> None:
+        """What ``decide`` changes in the belief whatever it draws: a chosen search result closes the search."""
+        name = heard.service
+        if name is None or heard.closing or heard.affirmed:
+            return
+        t = self.tracks[name]
+        if _closes_selection(heard.kinds, t.intent, self._services.get(name) or self.service(name)):
+            t.done.add(t.intent)
+
+    def _recall(self, turn: AgentTurn) -> None:
+        """Note one of its logged turns as said: the acts asked for, offered, confirmed or proposed (as ``say``
+        and the policy note them)."""
+        if not turn.frames:  # the open question: nothing understood yet
+            self.last, self._expecting = {"REQ_MORE"}, []
+            return
+        name, acts = turn.frames[0].service, turn.frames[0].actions
+        self.last = kinds = {a.act for a in acts}
+        t = self.tracks[name]
+        svc = self._services.get(name) or self.service(name)
+        asked = [a.slot for a in acts if a.act == "REQUEST"]
+        order = svc.params.get(t.intent, ()) if t.intent else ()
+        self._expecting = sorted(asked, key=lambda s: order.index(s) if s in order else len(order))
+        if "OFFER" in kinds:
+            offer = self._offer_acts[name] = [a for a in acts if a.act == "OFFER"]
+            t.offered = _offered_row(t, offer)
+        if "CONFIRM" in kinds:
+            t.confirming, t.changed = acts, False
+        if any(a.act == "REQUEST" and a.values for a in acts):
+            t.proposal = acts
+        if "OFFER_INTENT" in kinds:
+            intent = next(a for a in acts if a.act == "OFFER_INTENT")
+            self.offered_intent = (name, (intent.canonical_values or intent.values or [""])[0])
 
     # -- understanding ----------------------------------------------------------------------------
 
@@ -395,7 +450,7 @@ class SchemaAgent:
             if t.changed or not t.results:
                 return self.call(name, t.intent, out)
             return self.say(name, out + self.next_offer(name), end=False)
-        if "SELECT" in kinds and "INFORM_INTENT" not in kinds and t.intent in svc.search:
+        if _closes_selection(kinds, t.intent, svc):
             return self._close_selection(name, t, svc, out)
         if t.intent is None or (t.intent in t.done and not t.changed):
             return self.say(name, out or [("REQ_MORE", "", None)], end=False)
@@ -576,6 +631,21 @@ class SchemaAgent:
         else:
             state = {n: t.state() for n, t in tracks.items()}
         return AgentReply(utterance=utterance, frames=frames, state=state, tagged_slots=self._tagged, end=end)
+
+
+def _offered_row(t: Track, offer: list[Act]) -> dict[str, Any]:
+    """The result the OFFER acts ``offer`` speak of, looked for from the next one to offer on (it is then on
+    the table); a row of the offered values when no result has them all."""
+    said = {a.slot: a.canonical_values[0] for a in offer if a.canonical_values}
+    rows, n = t.results, len(t.results)
+    first = t.pos if t.offered is None else t.pos + 1  # the first of new results, else the one after the last
+    for k in range(n):
+        i = (first + k) % n
+        row = rows[i]
+        if all(str(row.get(slot)) == value for slot, value in said.items()):
+            t.pos = i
+            return row
+    return said
 
 
 def _listen(value: str) -> str:

@@ -9,8 +9,9 @@ against re-simulating it.
    a. a live agent on a local server answering after ``--delay`` ms (its copied replies are read back, never
       asked again) and a scripted user with 20 lines;
    b. the scripted user and agent of (a) in process: they take the copied turns in one ``warm`` call;
-   c. the SGD user and agent, which have no ``warm``: they are asked about every copied turn, their answers
-      dropped, so copying costs what simulating costs, plus reading the parent's log.
+   c. the SGD user and agent, which take the copied turns in one ``warm`` call each (they fold the logged acts and
+      tool results into their state without realizing a word; the user's draws are read from its logged answers):
+      what is left of the copy's cost is reading and decoding the parent's log.
    Prints seconds of each and the ratio re-simulating / copying (> 1: the copy is cheaper).
 
     python bench/bench_prefix.py [--episodes 2000] [--rounds 3] [--at-turn 20] [--delay 5]
@@ -148,7 +149,7 @@ def sgd_forks(work: Path, episodes: int, at_turn: int) -> None:
                                           concurrency=None)
         return timed(lambda: start_run(work / f"fork{k}", derived, progress=False))
 
-    fork_comparison(f"SGD user and agent (asked, {len(source.episodes)} episodes)", lambda: forks(0),
+    fork_comparison(f"SGD user and agent (warm, {len(source.episodes)} episodes)", lambda: forks(0),
                     lambda: forks(at_turn))
 
 

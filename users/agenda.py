@@ -17,10 +17,10 @@ from __future__ import annotations
 
 import random
 from operator import attrgetter
-from typing import Any
+from typing import Any, Callable
 
 from ..engine.contracts import Claim, EpisodeContext, UserReply, Verdict
-from ..engine.events import Act, AgentTurn, DialogueState, Frame
+from ..engine.events import Act, AgentTurn, DialogueState, Frame, UserTurn
 from ..scenarios.sgd.nlg import OPENING
 from .noise import NoiseModel
 from .understanding import Context, for_pack
@@ -207,6 +207,65 @@ def _shifted(spans: list, offset: int) -> list:
     return [type(sp)(slot=sp.slot, start=sp.start + offset, exclusive_end=sp.exclusive_end + offset) for sp in spans]
 
 
+# What a draw of the user's gave, as the acts of its answer show it (see AgendaUser._chance): the turn asks
+# something, asks before choosing, asks for alternatives, opens an intent, says goodbye, says no, stays.
+def _asks(told: set) -> bool:
+    return "REQUEST" in told
+
+
+def _asks_first(told: set) -> bool:
+    return "SELECT" not in told and "REQUEST_ALTS" not in told
+
+
+def _wants_alts(told: set) -> bool:
+    return "REQUEST_ALTS" in told
+
+
+def _opens(told: set) -> bool:
+    return "INFORM_INTENT" in told
+
+
+def _leaves(told: set) -> bool:
+    return "GOODBYE" in told
+
+
+def _declines(told: set) -> bool:
+    return "NEGATE" in told
+
+
+def _stays(told: set) -> bool:
+    return "GOODBYE" not in told
+
+
+def _acts_told(turn: UserTurn) -> set:
+    """The acts a logged user turn says, by name and by (name, slot)."""
+    told: set = set()
+    for frame in turn.frames:
+        for a in frame.actions:
+            told.add(a.act)
+            told.add((a.act, a.slot))
+    return told
+
+
+def _repair_of(meant: list, turn: UserTurn) -> list:
+    """The acts repairing the slips of ``turn`` against the acts it ``meant``, as NoiseModel.corrupt makes them: a
+    wrong or missing value said again (after a NEGATE when a wrong value comes first), a wrong intent said again."""
+    said = {(f.service, a.act, a.slot): a.canonical_values[0]
+            for f in turn.frames for a in f.actions if a.canonical_values}
+    repair: list = []
+    for item in meant:
+        service, act, slot, value = item
+        if act == "INFORM" and value not in (None, "dontcare"):
+            got = said.get((service, act, slot))
+            if got is not None and got != value and not repair:
+                repair.append((service, "NEGATE", "", None))
+            if got != value:
+                repair.append(item)
+        elif act == "INFORM_INTENT" and said.get((service, act, slot)) != value:
+            repair.append(item)
+    return repair
+
+
 def _same(a: str | None, b: str | None) -> bool:
     return a is not None and b is not None and (a == b or a.lower() == b.lower())
 
@@ -252,15 +311,84 @@ class AgendaUser:
         self._offer_acts: list[Act] = []  # the OFFER acts of the entity on the table
         self.left = ""  # why the user left early ("" while talking)
         self.ended = False
+        self._told: set | None = None  # while warming: the acts of the logged answer being relived
         self._activate(0)
 
     def respond(self, agent: AgentTurn | None) -> UserReply | None:
         """Open the dialogue (agent None) or react to the agent's turn."""
         if self.ended:
             return None
+        step = self._step(agent)
+        if step is None:
+            return None
+        out, end, slips = step
+        return self._reply(out, end=end, slips=slips)
+
+    def warm(self, history: list[Any]) -> None:
+        """Take a logged episode as its own past (a fork's copied prefix), without realizing a word: each agent
+        turn it answered is heard again and decided on as its logged answer shows it decided (see _chance), and
+        what that answer meant is folded into its state."""
+        answered = max((i for i, e in enumerate(history) if type(e) is UserTurn), default=-1)
+        heard: AgentTurn | None = None
+        for event in history[:answered + 1]:  # an agent turn after its last answer is still to be answered
+            if type(event) is AgentTurn:
+                heard = event
+            elif type(event) is UserTurn and not self.ended:
+                self._relive(heard, event)
+
+    def _relive(self, heard: AgentTurn | None, turn: UserTurn) -> None:
+        """Answer ``heard`` (None: open the dialogue) again as the logged ``turn`` did, taking in what it meant."""
+        for frame in turn.frames:  # the variants it said are the ones it says
+            for a in frame.actions:
+                if a.act == "INFORM" and a.values and a.canonical_values:
+                    self.spoken[(frame.service, a.slot, a.canonical_values[0])] = a.values[0]
+        self._told = _acts_told(turn)
+        if self.noise is not None:
+            self._told |= self._dropped(turn)
+        try:
+            step = self._step(heard)
+        finally:
+            self._told = None
+        if step is None:
+            return
+        out, end, slips = step
+        self.ended = self.ended or end
+        if slips and self.noise is not None:
+            self._learn_meant(out, turn)
+            self.repair = _repair_of(out, turn)
+        for service, items, _ in _by_service(out, out):
+            self._update_state(self._held(service), items)
+
+    def _dropped(self, turn: UserTurn) -> set:
+        """The informs ``turn`` meant but dropped (a slip): slots its logged state holds anew that it does not say."""
+        dropped = set()
+        for frame in turn.frames:
+            if frame.state is None:
+                continue
+            said = {a.slot for a in frame.actions}
+            held = self.held.get(frame.service)
+            for slot, variants in frame.state.slot_values.items():
+                if slot not in said and (held is None or slot not in held.variants):
+                    dropped.add(("INFORM", slot))
+        return dropped
+
+    def _learn_meant(self, meant: list, turn: UserTurn) -> None:
+        """The variants of the values ``turn`` meant but did not say (slips): its logged state holds them."""
+        states = {f.service: f.state for f in turn.frames if f.state is not None}
+        for service, act, slot, value in meant:
+            if act != "INFORM" or value is None or (service, slot, value) in self.spoken or service not in states:
+                continue
+            held = self.held.get(service)
+            known = held.variants.get(slot, ()) if held is not None else ()
+            fresh = [v for v in states[service].slot_values.get(slot, ()) if v not in known]
+            if fresh:
+                self.spoken[(service, slot, value)] = fresh[0]
+
+    def _step(self, agent: AgentTurn | None) -> tuple[list, bool, bool] | None:
+        """What the user says to ``agent`` (None: it opens the dialogue): its acts, whether they end the dialogue
+        and whether they may slip; None when the agent closed the dialogue."""
         if agent is None:
-            out = self._opening()
-            return self._reply(out, end=False)
+            return self._opening(), False, True
         self.turns += 1
         sub = self.subs[self.idx] if self.idx < len(self.subs) else None
         mine = sub.service if sub is not None else None
@@ -283,14 +411,33 @@ class AgendaUser:
         self.useless = 0 if new else self.useless + 1
         if self.useless > self.patience:
             self.left = f"patience exhausted after {self.useless} useless system turns"
-            return self._reply([(self._cur_service(), "GOODBYE", "", None)], end=True)
+            return [(self._cur_service(), "GOODBYE", "", None)], True, True
         if self.repair:
             # the system acted on a slip of the user's last turn: the correction comes first and alone (no
             # SELECT of an offer found with the wrong value, no GOODBYE), and it is not itself corrupted
             out, self.repair = self.repair, []
-            return self._reply(out, end=False, slips=False)
+            return out, False, False
         out, end = self._react(sub, by)
-        return self._reply(out, end=end)
+        return out, end, True
+
+    def _chance(self, p: float, shown: Callable[[set], bool]) -> bool:
+        """A draw that comes out true with probability ``p``; while warming, what the logged answer shows it gave
+        (``shown`` of the acts that answer says)."""
+        told = self._told
+        if told is None:
+            return self.rng.random() < p
+        return shown(told)
+
+    def _told_inform(self, item: tuple[str, str, str]) -> bool:
+        return item[0] == "INFORM" and ("INFORM", item[1]) in self._told
+
+    def _volunteers(self, slot: str) -> bool:
+        """Whether the user volunteers ``slot`` now (probability ``verbosity``); while warming, whether the logged
+        answer informs it."""
+        told = self._told
+        if told is None:
+            return self.rng.random() < self.verbosity
+        return ("INFORM", slot) in told
 
     def verdict(self) -> Verdict:
         """Success when every subgoal was fulfilled and every requested slot informed; else why not."""
@@ -425,7 +572,9 @@ class AgendaUser:
 
     def _pop_volunteers(self, out: list, sub: _Sub, limit: int) -> None:
         """Pop INFORMs of not yet stated constraints from the agenda, each with probability verbosity."""
-        rng, agenda, constraints = self.rng, self.agenda, sub.constraints
+        agenda, constraints = self.agenda, sub.constraints
+        if self._told is not None:  # warming: the slots the logged answer volunteered come first (on top)
+            agenda.sort(key=self._told_inform)
         said = self._said(sub.service)
         in_turn = None  # slots this turn already speaks of, built on first need
         n = 0
@@ -440,7 +589,7 @@ class AgendaUser:
             if slot in in_turn:
                 agenda.pop()
                 continue
-            if rng.random() >= self.verbosity:
+            if not self._volunteers(slot):
                 break
             agenda.pop()
             out.append((service, "INFORM", slot, value))
@@ -470,12 +619,12 @@ class AgendaUser:
     def _finish(self, out: list, sub_service: str, after_req_more: bool) -> bool:
         """Nothing left to do: close the dialogue (returns end)."""
         if after_req_more:
-            if self.rng.random() < 0.75:
+            if self._chance(0.75, _declines):
                 out += [(sub_service, "NEGATE", "", None), (sub_service, "THANK_YOU", "", None)]
             else:
                 out += [(sub_service, "THANK_YOU", "", None), (sub_service, "GOODBYE", "", None)]
             return True
-        if self.rng.random() < 0.5:
+        if self._chance(0.5, _stays):
             out.append((sub_service, "THANK_YOU", "", None))
             return False
         out += [(sub_service, "THANK_YOU", "", None), (sub_service, "GOODBYE", "", None)]
@@ -485,7 +634,7 @@ class AgendaUser:
         """The current subgoal is settled: thank, open the next one or close (returns end)."""
         if self.idx + 1 < len(self.subs):
             nxt = self.subs[self.idx + 1]
-            if after_req_more or self.rng.random() < 0.7:  # SGD users mostly go straight on
+            if after_req_more or self._chance(0.7, _opens):  # SGD users mostly go straight on
                 if nxt.service != sub.service and not after_req_more:
                     out.append((sub.service, "THANK_YOU", "", None))
                 return self._open_next(out)
@@ -559,7 +708,7 @@ class AgendaUser:
                 sub.row[a.slot] = a.canonical_values[0]
                 self._accept(svc, a)
         out.append((svc, "AFFIRM", "", None))
-        if sub.pending and self.rng.random() < 0.5:
+        if sub.pending and self._chance(0.5, _asks):
             self._ask(out, sub, 2)
         return False
 
@@ -607,10 +756,10 @@ class AgendaUser:
         elif sub.done:
             if nxt is None:
                 self.idx = len(self.subs)
-                if self.rng.random() < 0.3:
+                if self._chance(0.3, _leaves):
                     out.append((svc, "GOODBYE", "", None))
                     return True
-            elif self.rng.random() < 0.5:
+            elif self._chance(0.5, _opens):
                 return self._open_next(out)
         return False
 
@@ -686,7 +835,7 @@ class AgendaUser:
                 self._accept(sub.service, a)
             out.append((sub.service, "AFFIRM", "", None))
             return False
-        if sub.pending and self.rng.random() < self.request_first:
+        if sub.pending and self._chance(self.request_first, _asks_first):
             self._ask(out, sub, 2)
             return False
         return self._decide_offer(out, sub)
@@ -730,9 +879,8 @@ class AgendaUser:
 
     def _decide_offer(self, out: list, sub: _Sub) -> bool:
         """With the offer's details known: ask for alternatives now and then, else select it."""
-        rng = self.rng
         more = sub.count is None or sub.alts + 1 < sub.count  # are there other results to hear?
-        if more and sub.alts < self.max_alts and rng.random() < self.alts_rate:
+        if more and sub.alts < self.max_alts and self._chance(self.alts_rate, _wants_alts):
             sub.alts += 1
             sub.offered = None
             out.append((sub.service, "REQUEST_ALTS", "", None))
@@ -747,15 +895,15 @@ class AgendaUser:
             sub.fulfilled = True
             sub.claim = self._claim(sub, dict(sub.offered or {}))
         if sub.pending:
-            if rng.random() < 0.5:
+            if self._chance(0.5, _asks):
                 self._ask(out, sub, 1)
             return False
         if not sub.done:
             return False
         nxt = self.subs[self.idx + 1] if self.idx + 1 < len(self.subs) else None
-        if nxt is not None and nxt.service == svc and rng.random() < 0.5:
+        if nxt is not None and nxt.service == svc and self._chance(0.5, _opens):
             return self._open_next(out)
-        if nxt is None and rng.random() < 0.35:
+        if nxt is None and self._chance(0.35, _leaves):
             self.idx = len(self.subs)
             out.append((svc, "GOODBYE", "", None))
             return True

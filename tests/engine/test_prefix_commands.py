@@ -119,8 +119,9 @@ def test_a_forks_sgd_dialogue_starts_with_its_parents_turns_byte_for_byte(sgd_ru
 
 def test_branches_of_one_episode_in_one_fork_run_each_with_its_own_options(sgd_run, tmp_path, capsys):
     """--branches a,b at the decision point after the user's first turn, b with its own agent option: two episodes
-    per parent, named EP-a and EP-b, with the parent's seq 2 as their branch point; a (the parent's agent) plays
-    the parent's episode again."""
+    per parent, named EP-a and EP-b, with the parent's seq 2 as their branch point; a (the parent's agent, its rng
+    untouched by the copy) answers the copied turn as the parent's agent did, then the warmed user goes its own
+    way."""
     out = tmp_path / "branches"
     status, _, _ = cli(capsys, "fork", sgd_run, "--at-turn", "1", "--branches", "a,b", "--branch-agent-opt",
                        "b:listen=text", "--episode", "e000002", "--episode", "e000007", "--out", out, "--no-progress")
@@ -132,8 +133,8 @@ def test_branches_of_one_episode_in_one_fork_run_each_with_its_own_options(sgd_r
         started = events[0]
         assert (started.parent.ep, started.parent.seq, started.branch) == (ep[:7], 2, ep[-1])
         if ep.endswith("-a"):
-            assert [getattr(e, "utterance", None) for e in events] == [getattr(e, "utterance", None)
-                                                                       for e in parents[ep[:7]]]
+            assert [getattr(e, "utterance", None) for e in events[:3]] == [getattr(e, "utterance", None)
+                                                                           for e in parents[ep[:7]][:3]]
     config = json.loads((out / "manifest.json").read_text())["config"]
     assert [(b["name"], b["agent_options"]) for b in config["branches"]] == [("a", {}), ("b", {"listen": "text"})]
     status, _, err = cli(capsys, "fork", sgd_run, "--at-turn", "1", "--branches", "a", "--branch-agent-opt",
