@@ -139,9 +139,9 @@ def sgd_forks(work: Path, episodes: int, at_turn: int) -> None:
     run = RunDir.open(work / "parents")
     config = recorded_config(run)
     source = Source(command="fork", run=str(run.path), run_id=run.manifest["run_id"])
-    # the parents long enough for the copy are forked both ways
+    # the parents with a turn after the copy are forked both ways
     turns = lambda events: sum(type(e).__name__ in ("UserTurn", "AgentTurn") for e in events)
-    short = [e[0].ep for e in _episodes_of(run) if turns(e) < at_turn]
+    short = [e[0].ep for e in _episodes_of(run) if turns(e) <= at_turn]  # a fork needs a turn after its copy
     source.episodes = sorted({e[0].ep for e in _episodes_of(run)} - set(short))
 
     def forks(k: int) -> float:

@@ -102,7 +102,8 @@ def fork_jobs(source: Source, branches: list[Branch], cast_of: Callable[[Branch]
     for ep, lines in rawlog.episodes(run, wanted):
         seen.add(ep)
         events = RawEpisode(lines)
-        prefix = [events[seq] for seq in range(_prefix_end(lines, turns))]  # decoded no further than needed
+        # decoded no further than needed: the copied turns, and the next one (a fork needs a turn after them)
+        prefix = [events[seq] for seq in range(_prefix_end(lines, turns + 1))]
         forks = [(branch, fork_at_turn(prefix, branch.at_turn, branch.name)) for branch in branches]
         if any(fork is None for _, fork in forks):
             short += 1

@@ -20,10 +20,8 @@ episode at the virtual time the uninterrupted run would have.
 
 from __future__ import annotations
 
-import gc
 import time
-from collections.abc import Awaitable, Callable, Generator, Iterable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Awaitable, Callable, Generator, Iterable, Mapping
 from random import Random
 from typing import Any
 
@@ -32,6 +30,7 @@ import simpy
 from msgspec import UNSET
 
 from .calls import RecordedCalls, UsageMeter
+from .collector import tuned_collector
 from .contracts import (Agent, AgentFailure, AgentReply, EpisodeContext, ExecutedCall, FaultReport, ModelCall,
                         Observation, Scenario, ScenarioSet, ToolCall, ToolResult, ToolSpec, User, UserReply, Verdict,
                         World)
@@ -302,7 +301,7 @@ class Batch:
             queue = iter(jobs)
             for _ in range(min(self.settings.concurrency, len(jobs))):
                 self.env.process(self._worker(queue))
-        with _collector_tuned():
+        with tuned_collector():
             await self.driver.run()
 
     def _worker(self, queue: Iterable[Job]) -> Generator[Any, Any, None]:
@@ -973,28 +972,6 @@ def _no_world(scenario: Scenario, rng: Random) -> World:
 
 def _no_tools(scenario: Scenario) -> list[ToolSpec]:
     return []
-
-
-_GC_YOUNG = 20_000  # allocations between young-generation collections while a batch runs
-
-
-@contextmanager
-def _collector_tuned() -> Iterator[None]:
-    """Tune the cyclic garbage collector for a batch, and restore it after."""
-    # What exists before the batch (a scenario pack's tables and templates: millions of objects) lives as
-    # long as it: frozen, the collector stops re-scanning it (about 10% of an SGD run's CPU). Episodes and
-    # requests in flight keep thousands of young objects alive for a moment: with the default young
-    # generation (700) the collector runs hundreds of times per 10,000 live-agent requests, ~0.5 ms each
-    # at 64 in flight; a larger one rarely fills.
-    threshold = gc.get_threshold()
-    gc.freeze()
-    if threshold[0]:  # 0: collection is off, leave it so
-        gc.set_threshold(max(threshold[0], _GC_YOUNG), *threshold[1:])
-    try:
-        yield
-    finally:
-        gc.set_threshold(*threshold)
-        gc.unfreeze()
 
 
 def _describe(exc: BaseException) -> str:

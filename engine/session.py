@@ -25,6 +25,7 @@ from tqdm import tqdm
 from .. import __version__
 from . import registry
 from .calls import add_usage, total_cost
+from .collector import tuned_collector
 from .driver import Interrupted
 from .errors import UserError
 from .events import EpisodeEnded, Event, RoleUsage, RunEnded, RunStarted
@@ -240,6 +241,12 @@ class Casting:
         config, source = self.config, self.config.source
         if source is None:
             return [Job(i) for i in range(config.episodes)]
+        with tuned_collector():  # the decoded prefixes live through the run
+            return self._derived_jobs(source)
+
+    def _derived_jobs(self, source: Source) -> list[Job]:
+        """The jobs of a fork or a replay of ``source``."""
+        config = self.config
         if source.command == "fork":
             jobs, short = fork_jobs(source, config.branches, self.of)
             if short:

@@ -265,7 +265,9 @@ class Fork(msgspec.Struct, kw_only=True):
 
 def fork_at_turn(events: list[Event], turns: int, branch: str | None) -> Fork | None:
     """A fork of the logged episode ``events`` copying its first ``turns`` turns (user and agent turns both
-    count; the agent's tool calls belong to its turn), or None when the episode has fewer turns."""
+    count; the agent's tool calls belong to its turn), or None when the episode has no turn after them (a
+    fork copying the whole dialogue would have nothing left to run: its user would be asked to answer the
+    end)."""
     started = events[0]
     if type(started) is not EpisodeStarted:
         return None
@@ -276,6 +278,8 @@ def fork_at_turn(events: list[Event], turns: int, branch: str | None) -> Fork | 
         if type(events[end]) in (UserTurn, AgentTurn):
             seen += 1
         end += 1
+    if not any(type(e) in (UserTurn, AgentTurn) for e in events[end:]):
+        return None
     return Fork(started=started, prefix=events[1:end], branch=branch)
 
 

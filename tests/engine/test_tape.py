@@ -83,13 +83,14 @@ def test_a_participant_that_failed_in_the_log_fails_again_as_logged():
 
 def test_a_fork_at_turn_k_copies_the_first_k_turns_with_their_tool_events():
     """At turn 0 nothing is copied, at turn 1 the user's first turn, at turn 2 the agent's turn with its tool calls;
-    an episode with fewer turns cannot be forked there."""
+    an episode without a turn after those cannot be forked there (nothing would be left to run)."""
     events = [EpisodeStarted(seq=0, t=0.0, scenario_id="s", seed=1, **ENV), _turn(1, 1.0),
               ToolCalled(seq=2, t=1.2, call_id="a", service="S", method="M", **ENV),
               ToolReturned(seq=3, t=1.2, call_id="a", **ENV), _turn(4, 2.0, cls=AgentTurn),
-              EpisodeEnded(seq=5, t=2.0, outcome="success", **ENV)]
+              _turn(5, 3.0), EpisodeEnded(seq=6, t=3.0, outcome="success", **ENV)]
     assert [len(fork_at_turn(events, k, "b").prefix) for k in (0, 1, 2)] == [0, 1, 4]
-    assert fork_at_turn(events, 2, "b").seq == 5 and fork_at_turn(events, 3, "b") is None
+    assert fork_at_turn(events, 2, "b").seq == 5
+    assert fork_at_turn(events, 3, "b") is None and fork_at_turn(events, 4, "b") is None
     ref, run = fork_at_turn(events, 1, "b").ref("other")
     assert (ref.ep, ref.seq, run) == ("e", 2, "r")
     copies = fork_at_turn(events, 2, "b").copies("new", "f", 10.0)
