@@ -8,8 +8,8 @@ from typing import Any
 import msgspec
 
 from ...engine.codec import CorruptEvent, decode
-from ...engine.events import (AgentTurn, DialogueState, EpisodeEnded, EpisodeStarted, RunStarted, ToolCalled,
-                              ToolReturned, UserTurn)
+from ...engine.events import (AgentTurn, DialogueState, EpisodeEnded, EpisodeStarted, ModelCalled, RunStarted,
+                              ToolCalled, ToolReturned, UserTurn)
 from ...engine.log import RunDir
 
 
@@ -36,11 +36,13 @@ class ToolCallRecord(msgspec.Struct, kw_only=True):
 
 
 class Exchange(msgspec.Struct, kw_only=True):
-    """A user turn, the tool calls made before the answer, and the agent's turn (None if none came)."""
+    """A user turn, the tool calls made before the answer, the agent's model calls (a chat agent logs each), and
+    the agent's turn (None if none came)."""
 
     user: UserTurn
     calls: list[ToolCallRecord]
     agent: AgentTurn | None = None
+    model_calls: list[ModelCalled] = []
 
 
 class EpisodeRecord(msgspec.Struct, kw_only=True):
@@ -97,6 +99,9 @@ def episode_record(events: list[Any]) -> EpisodeRecord | None:
         elif isinstance(event, AgentTurn):
             if exchanges[-1].agent is None:
                 exchanges[-1].agent = event
+        elif isinstance(event, ModelCalled):
+            if event.role == "agent" and exchanges[-1].agent is None:
+                exchanges[-1].model_calls.append(event)
         elif isinstance(event, ToolCalled):
             call = ToolCallRecord(seq=event.seq, t=event.t, call_id=event.call_id,
                                   name=tool_name(event.service, event.method), arguments=dict(event.parameters))

@@ -38,7 +38,10 @@ _decoder = msgspec.json.Decoder(OtelOutput)
 
 
 def any_value(value: Any) -> dict[str, Any]:
-    """A Python value as an OTLP/JSON AnyValue (anything but a scalar becomes its JSON text)."""
+    """A Python value as an OTLP/JSON AnyValue (a list of scalars an array, anything else but a scalar its JSON
+    text)."""
+    if isinstance(value, list) and all(isinstance(v, (bool, int, float, str)) for v in value):
+        return {"arrayValue": {"values": [any_value(v) for v in value]}}
     if isinstance(value, bool):
         return {"boolValue": value}
     if isinstance(value, int):

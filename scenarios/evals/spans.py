@@ -101,6 +101,9 @@ def _exchange_spans(record: EpisodeRecord, facts: RunFacts, x: Exchange, end_t: 
                  attributes={"gen_ai.operation.name": INVOKE_AGENT, "gen_ai.agent.name": name,
                              "gen_ai.conversation.id": session_id(record)})
     out = [invocation, agent]
+    if x.model_calls:
+        out.extend(_logged_steps(record, facts, x, trace, agent.span_id))
+        return out
     model_attrs = {"gen_ai.operation.name": "chat"}
     if facts.model:
         model_attrs["gen_ai.request.model"] = facts.model
@@ -126,6 +129,34 @@ def _exchange_spans(record: EpisodeRecord, facts: RunFacts, x: Exchange, end_t: 
         out.append(Span(name=CALL_LLM, span_id=hex_id(8, run, ep, x.agent.seq, CALL_LLM), trace_id=trace,
                         parent_span_id=agent.span_id, start_time=to_ns(facts, start),
                         end_time=to_ns(facts, x.agent.t), attributes=attrs))
+    return out
+
+
+def _logged_steps(record: EpisodeRecord, facts: RunFacts, x: Exchange, trace: str, parent: str) -> list[Span]:
+    """The steps of an exchange whose model calls were logged: a ``call_llm`` per call, with its model, usage and
+    finish reason, each from the end of the step before it to its answer; the tool calls in between."""
+    run, ep = record.run, record.ep
+    out: list[Span] = []
+    t = x.user.t
+    steps: list[Any] = sorted([*x.model_calls, *x.calls], key=lambda step: step.seq)
+    for step in steps:
+        start = max(t, step.t) if type(step) is ToolCallRecord else t
+        if type(step) is ToolCallRecord:
+            t = start + step.latency
+            out.append(Span(name=f"{EXECUTE_TOOL} {step.name}", span_id=hex_id(8, run, ep, step.seq, EXECUTE_TOOL),
+                            trace_id=trace, parent_span_id=parent, start_time=to_ns(facts, start),
+                            end_time=to_ns(facts, t), attributes=_tool_attributes(step)))
+            continue
+        t = max(t, step.t)
+        attrs: dict[str, Any] = {"gen_ai.operation.name": "chat", "gen_ai.request.model": step.model}
+        if step.finish_reason:
+            attrs["gen_ai.response.finish_reasons"] = [step.finish_reason]
+        if step.usage is not None:
+            attrs["gen_ai.usage.input_tokens"] = step.usage.input_tokens
+            attrs["gen_ai.usage.output_tokens"] = step.usage.output_tokens
+        out.append(Span(name=CALL_LLM, span_id=hex_id(8, run, ep, step.seq, CALL_LLM), trace_id=trace,
+                        parent_span_id=parent, start_time=to_ns(facts, start), end_time=to_ns(facts, t),
+                        attributes=attrs))
     return out
 
 

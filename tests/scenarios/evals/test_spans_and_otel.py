@@ -9,7 +9,7 @@ import pytest
 from aiohttp import web
 
 from dialogsim.agents.http.testing import serve_in_thread
-from dialogsim.engine.contracts import AgentReply, Scenario
+from dialogsim.engine.contracts import AgentReply, ModelCall, Scenario
 from dialogsim.engine.events import AgentTurn, ToolCalled, Usage, UserTurn
 from dialogsim.scenarios.builtin import BuiltinScenarios, SCENARIOS
 from dialogsim.scenarios.evals.episode import RunFacts, episode_record
@@ -134,6 +134,43 @@ def test_otlp_json_parses_into_opentelemetrys_export_request(log):
     assert failed.status.code == 2 and failed.kind == 1
     assert next(p for p in parsed if p.name == "call_llm").kind == 3
     assert message.resource_spans[0].resource.attributes[0].value.string_value == "dialogsim"
+
+
+class ChatAgent(ScriptedAgent):
+    """The scripted agent as a chat agent that logs its model calls: one per step, each with its own usage."""
+
+    def respond(self, obs):
+        reply = super().respond(obs)
+        step = "tools" if reply.tool_calls else "stop"
+        usage = Usage(input_tokens=50 + 10 * len(obs.tool_results), output_tokens=3)
+        reply.model_calls = [ModelCall(model="chat-1", digest=f"sha256:{obs.turn_index}-{step}", content=reply.utterance,
+                                       finish_reason="tool_calls" if reply.tool_calls else "stop", usage=usage)]
+        if not reply.tool_calls:
+            reply.usage = Usage(input_tokens=110, output_tokens=6)  # the turn's sum of its two calls
+        return reply
+
+
+def test_a_chat_agents_logged_calls_are_one_call_llm_each_with_their_own_usage():
+    """With model_called events, each call is a call_llm span with its model, finish reason and usage, ordered
+    with the tool calls between them; usage sums to the turn's; the array attribute parses into OTLP."""
+    chat = simulate(scenarios=BuiltinScenarios(scenarios=[SCENARIOS[0]]), agent=ChatAgent, run_id="run-chat")
+    spans = episode_spans(episode_record(chat.episode("e000000")), FACTS)
+    assert [s.name for s in spans][:5] == ["invocation", "invoke_agent agent", "call_llm",
+                                           "execute_tool Weather_1__GetWeather", "call_llm"]
+    asked, spoken = spans[2], spans[4]
+    assert (asked.attributes["gen_ai.request.model"], asked.attributes["gen_ai.response.finish_reasons"],
+            asked.attributes["gen_ai.usage.input_tokens"]) == ("chat-1", ["tool_calls"], 50)
+    assert (spoken.attributes["gen_ai.response.finish_reasons"], spoken.attributes["gen_ai.usage.input_tokens"]) == (
+        ["stop"], 60)
+    assert asked.start_time <= asked.end_time <= spans[3].start_time <= spoken.start_time <= spoken.end_time
+    pytest.importorskip("opentelemetry.proto")
+    from google.protobuf import json_format
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+    message = json_format.Parse(_as_proto_json(json.loads(json.dumps(otlp_request("run-chat", spans)))),
+                                ExportTraceServiceRequest())
+    reasons = next(a for a in message.resource_spans[0].scope_spans[0].spans[2].attributes
+                   if a.key == "gen_ai.response.finish_reasons")
+    assert [v.string_value for v in reasons.value.array_value.values] == ["tool_calls"]
 
 
 # -- the projection and OTLP/HTTP -------------------------------------------------------------------
