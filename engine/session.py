@@ -250,7 +250,8 @@ class Casting:
         if source.command == "fork":
             jobs, short = fork_jobs(source, config.branches, self.of)
             if short:
-                _log.warning("episodes too short to fork (no turn after the copied ones), left out", source=source.run, episodes=short)
+                _log.warning("episodes too short to fork (no turn after the copied ones), left out", source=source.run,
+                             episodes=short)
             return jobs
         probe = self.make_user()
         recorded = not getattr(probe, "deterministic", True)
