@@ -208,7 +208,7 @@ class OpenAIChatAgent:
         usage, cost = sum_calls(self._turn_calls)
         self._turn_calls = []
         return AgentReply(utterance=(call.content or "").strip(), usage=usage, cost=cost, model_calls=[call],
-                          latency=self._elapsed if f.measured_latency else None)
+                          latency=self._elapsed if f.measured_latency else None, agent_name=f.name)
 
 
 def chat_url(base: str) -> str:
@@ -225,7 +225,7 @@ class OpenAIAgentFactory(HttpAgentFactory):
 
     protocol = "openai"
     usage = "openai:http://HOST:PORT (the API base URL)"
-    own_options = frozenset({"model", "temperature", "system_prompt"})
+    own_options = frozenset({"model", "temperature", "system_prompt", "name"})
     agent = OpenAIChatAgent
 
     def __init__(self, arg: str | None, scenarios: Any = None, options: dict[str, Any] | None = None) -> None:
@@ -237,13 +237,15 @@ class OpenAIAgentFactory(HttpAgentFactory):
         self.chat.use_cache(path)
 
     def read_options(self, options: dict[str, Any]) -> None:
-        """Options model (required), temperature (left to the server when not given) and system_prompt."""
+        """Options model (required), temperature (left to the server when not given), system_prompt, and name (the
+        agent's name in traces and trajectories, as a dialogsim/1 agent gives its own)."""
         self.model = str(options.get("model") or "")
         if not self.model:
             raise UserError("the openai agent needs a model: pass --agent-model NAME (agent option model=NAME)")
         temperature = number_option(options, "temperature", -1.0)
         self.temperature = None if temperature < 0 else temperature
         self.system_prompt = options.get("system_prompt") or None
+        self.name = str(options["name"]) if options.get("name") else None
 
     def endpoint(self, url: str) -> str:
         """The completions URL of the API base URL given."""

@@ -54,6 +54,21 @@ def test_a_model_that_calls_its_own_tools_is_scored_against_the_references(opena
     assert report["aggregate"]["tool_call.f1"]["n"] == 2
 
 
+@pytest.mark.slow
+def test_a_named_openai_agent_matches_the_reference_trajectory(tmp_path, golden_file, fake_model, run_cli):
+    """``--agent-opt name=customer_service`` names the chat agent in its spans: the reference trajectory matches."""
+    url, _ = fake_model
+    run = tmp_path / "named"
+    status, _, err = run_cli("run", "--scenarios", f"golden:{golden_file}", "--agent", f"openai:{url}",
+                             "--agent-model", "fake-1", "--agent-opt", "name=customer_service", "--episodes", 2,
+                             "--out", run, "--no-progress")
+    assert status == 0, err
+    status, _, err = run_cli("eval", run, "--golden", golden_file, "--out", tmp_path / "m.json")
+    assert status == 0, err
+    per = {e["scenario_id"]: e["metrics"] for e in json.loads((tmp_path / "m.json").read_text())["per_episode"]}
+    assert per["cart"]["trajectory.exact"] == 1.0
+
+
 def test_the_csv_of_a_live_run_has_tokens_model_and_tool_calls(openai_run, run_cli):
     """--to eval_csv: one row per episode; the model named in spans; the model's tool calls extracted."""
     run, _ = openai_run
