@@ -20,6 +20,7 @@ from typing import Any
 import msgspec
 
 from ..engine.errors import UserError
+from ..engine.registry import parse_options
 
 DEFAULT_MAX_TURNS = 50
 EPISODE = "episode"  # max_turns=episode: each episode's own number of turns
@@ -113,9 +114,5 @@ def parse_reward_options(pairs: list[str], config_file: str | None = None) -> di
         if not isinstance(loaded, dict):
             raise UserError(f"{config_file}: a reward config is a JSON object of {', '.join(KEYS)}")
         options.update(loaded)
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or not key:
-            raise UserError(f"--reward-opt {pair!r}: expected KEY=VALUE")
-        options[key] = value
+    options.update(parse_options(pairs, "--reward-opt"))
     return options

@@ -29,10 +29,9 @@ from typing import Any
 
 from ..agents.http.chat import ChatClient, decode_content
 from ..agents.http.client import COMMON_OPTIONS, number_option
-from ..agents.http.factory import HttpAgentFactory
+from ..agents.http.factory import HttpAgentFactory, model_option
 from ..agents.http.openai_chat import chat_url
 from ..engine.contracts import EpisodeContext, ModelCall, UserReply, Verdict
-from ..engine.errors import UserError
 from ..engine.events import AgentTurn, UserTurn
 from ..scenarios.proactive.reaction import react
 from ..scenarios.proactive.records import SCENARIO_KIND as TASK_KIND
@@ -173,9 +172,7 @@ class LlmUserFactory(HttpAgentFactory):
 
     def read_options(self, options: dict[str, Any]) -> None:
         """Options model (required), temperature and max_tokens (left to the server when not given), stop."""
-        self.model = str(options.get("model") or "")
-        if not self.model:
-            raise UserError("the llm user needs a model: pass --user-model NAME (user option model=NAME)")
+        self.model = model_option(options, "the llm user", "user")
         temperature = number_option(options, "temperature", -1.0, who="user")
         self.temperature = None if temperature < 0 else temperature
         max_tokens = number_option(options, "max_tokens", 0, integer=True, who="user")

@@ -34,6 +34,14 @@ def api_key(options: dict[str, Any], who: str = "agent") -> str | None:
     return value
 
 
+def model_option(options: dict[str, Any], who: str = "the openai agent", role: str = "agent") -> str:
+    """The model a chat participant asks for (option ``model``, given as ``--agent-model``/``--user-model``)."""
+    model = str(options.get("model") or "")
+    if not model:
+        raise UserError(f"{who} needs a model: pass --{role}-model NAME ({role} option model=NAME)")
+    return model
+
+
 def latency_mode(options: dict[str, Any], who: str = "agent") -> bool:
     """True when the agent turn's virtual latency is the measured wall time (option latency=measured)."""
     mode = str(options.get("latency") or "model")

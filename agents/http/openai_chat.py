@@ -19,11 +19,10 @@ import msgspec
 
 from ...engine.contracts import AgentReply, EpisodeContext, ModelCall, Observation, ToolCall, ToolResult, ToolSpec
 from ...engine import registry
-from ...engine.errors import UserError
 from ...engine.events import Event, UserTurn
 from .chat import ChatClient, ChatCompletion, canonical_request, decode_completion, sum_calls  # noqa: F401 (re-exported)
 from .client import number_option
-from .factory import HttpAgentFactory
+from .factory import HttpAgentFactory, model_option
 from .native import (AgentMessage, Message, ToolCallMessage, ToolResultMessage, UserMessage, event_message,
                      missing_messages)
 
@@ -239,9 +238,7 @@ class OpenAIAgentFactory(HttpAgentFactory):
     def read_options(self, options: dict[str, Any]) -> None:
         """Options model (required), temperature (left to the server when not given), system_prompt, and name (the
         agent's name in traces and trajectories, as a dialogsim/1 agent gives its own)."""
-        self.model = str(options.get("model") or "")
-        if not self.model:
-            raise UserError("the openai agent needs a model: pass --agent-model NAME (agent option model=NAME)")
+        self.model = model_option(options)
         temperature = number_option(options, "temperature", -1.0)
         self.temperature = None if temperature < 0 else temperature
         self.system_prompt = options.get("system_prompt") or None

@@ -16,12 +16,12 @@ from typing import Any
 from msgspec import UNSET
 
 from ...engine.contracts import AgentReply, EpisodeContext, ModelCall, Observation
-from ...engine.errors import UserError
 from ...engine.events import AgentTurn, UserTurn
 from ...scenarios.proactive.actions import ACTION_OPTIONS, ActionOptions, branches_of, choose_action, \
     read_action_options
 from ...scenarios.proactive.prompts import MAX_TOKENS, TEMPERATURE, action_prompt, user_message
 from .client import number_option
+from .factory import model_option
 from .openai_chat import OpenAIAgentFactory
 
 
@@ -96,9 +96,7 @@ class ProactiveChatFactory(OpenAIAgentFactory):
     agent = ProactiveChatAgent
 
     def read_options(self, options: dict[str, Any]) -> None:
-        self.model = str(options.get("model") or "")
-        if not self.model:
-            raise UserError("the openai agent needs a model: pass --agent-model NAME (agent option model=NAME)")
+        self.model = model_option(options)
         self.temperature = number_option(options, "temperature", TEMPERATURE)
         self.max_tokens = number_option(options, "max_tokens", MAX_TOKENS, integer=True, minimum=1)
         self.options: ActionOptions = read_action_options(options, "openai")
