@@ -11,6 +11,7 @@ import msgspec
 
 from ...engine.errors import UserError
 from ...engine.seeding import stable_hash
+from .jsonfile import json_lines, read_text
 
 
 class Persona(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -49,21 +50,12 @@ BUILTIN_PERSONAS: tuple[Persona, ...] = (
 def load_personas(path: str | Path) -> tuple[Persona, ...]:
     """Personas from a JSON file (a list of personas, or one) or a JSONL file (one persona per line)."""
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UserError(f"{path}: cannot read personas ({exc})") from None
+    text = read_text(path, "personas")
     try:
         whole = json.loads(text)
         items = [(f"persona {i}", item) for i, item in enumerate(whole if isinstance(whole, list) else [whole])]
     except ValueError:  # not one JSON document: JSON lines
-        items = []
-        for lineno, line in enumerate(text.split("\n"), 1):  # not splitlines(): U+2028 may be in a string
-            if line.strip():
-                try:
-                    items.append((f"line {lineno}", json.loads(line)))
-                except ValueError as exc:
-                    raise UserError(f"{path}: line {lineno}: not JSON ({exc})") from None
+        items = json_lines(path, text)
     personas = []
     for where, item in items:
         try:

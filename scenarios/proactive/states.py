@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ...engine.errors import UserError
+from .jsonfile import json_lines, read_text
 
 DATA_DIR = Path(__file__).with_name("data")
 MBPP_QUERY = "Write a Python function: "
@@ -64,10 +65,7 @@ def bundled_states(sanitized: bool = False) -> tuple[list[dict[str, Any]], dict[
 def load_state_file(path: str | Path) -> tuple[list[dict[str, Any]], dict[str, str]]:
     """States from a file of states (JSONL) or of MBPP rows (JSONL, or a JSON array as sanitized-mbpp.json)."""
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UserError(f"{path}: cannot read states ({exc})") from None
+    text = read_text(path, "states")
     states, solutions = [], {}
     for index, (where, row) in enumerate(_rows(path, text)):
         if not isinstance(row, dict):
@@ -90,14 +88,7 @@ def _rows(path: Path, text: str) -> list[tuple[str, Any]]:
             return [(f"item {i}", item) for i, item in enumerate(json.loads(text))]
         except ValueError as exc:
             raise UserError(f"{path}: not a JSON array ({exc})") from None
-    rows = []
-    for lineno, line in enumerate(text.split("\n"), 1):  # not splitlines(): U+2028 may sit in a string
-        if line.strip():
-            try:
-                rows.append((f"line {lineno}", json.loads(line)))
-            except ValueError as exc:
-                raise UserError(f"{path}: line {lineno}: not JSON ({exc})") from None
-    return rows
+    return json_lines(path, text)
 
 
 def _mbpp_row_state(path: Path, where: str, row: dict[str, Any], index: int) -> dict[str, Any]:
