@@ -495,7 +495,7 @@ class _Dialogue:
         # calls or faults, or a step read from the tape, hands over to a method. seq and t live in locals,
         # written through to the recorder, so that the recorder is current whenever a method (or an error)
         # takes over.
-        rec, history, timing, env = self.rec, self.history, self.timing, self.batch.env
+        rec, history, timing = self.rec, self.history, self.timing
         run, ep, remember = rec.run, rec.ep, history.append
         taped = rec.seq < rec.tape.end  # past a prefix taken whole, the turns are as in a new episode
         ask_user = self.ask_user if self.user_taped and taped else self.user.respond  # a deterministic user directly

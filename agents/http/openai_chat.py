@@ -20,7 +20,7 @@ import msgspec
 from ...engine.contracts import AgentReply, EpisodeContext, ModelCall, Observation, ToolCall, ToolResult, ToolSpec
 from ...engine import registry
 from ...engine.events import Event, UserTurn
-from .chat import ChatClient, ChatCompletion, canonical_request, decode_completion, sum_calls  # noqa: F401 (re-exported)
+from .chat import ChatClient, canonical_request, sum_calls
 from .client import number_option
 from .factory import HttpAgentFactory, model_option
 from .native import (AgentMessage, Message, ToolCallMessage, ToolResultMessage, UserMessage, event_message,

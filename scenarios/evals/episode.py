@@ -174,3 +174,26 @@ def run_facts(run: RunDir) -> RunFacts:
         if isinstance(event, RunStarted):
             epoch = event.wall
     return RunFacts(epoch_ns=epoch, model=str(model) if model else None, scenarios=str(config.get("scenarios") or ""))
+
+
+class EpisodeProjection:
+    """What the eval projections share: the run's facts, read when the run is bound, and each ended episode folded
+    as its ``EpisodeRecord`` by ``fold_record``; no fold options."""
+
+    def __init__(self, options: dict[str, Any]) -> None:
+        self.facts = RunFacts()
+
+    def bind_run(self, run: RunDir) -> None:
+        """Read the run's wall start, model and scenario spec, which rows, spans and questions need."""
+        self.facts = run_facts(run)
+
+    def fold_options(self) -> dict[str, Any]:
+        return {}
+
+    def fold(self, events: list[Any]) -> Any:
+        record = episode_record(events)
+        return None if record is None else self.fold_record(record)
+
+    def fold_record(self, record: EpisodeRecord) -> Any:
+        """One episode's output (None: nothing for it)."""
+        raise NotImplementedError

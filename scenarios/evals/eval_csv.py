@@ -17,8 +17,7 @@ from typing import Any
 
 import msgspec
 
-from ...engine.log import RunDir
-from .episode import EpisodeRecord, RunFacts, agent_state, episode_record, run_facts
+from .episode import EpisodeProjection, EpisodeRecord, RunFacts, agent_state
 from .spans import agent_name, episode_spans, session_id, to_ns, turn_agent
 
 COLUMNS = [
@@ -131,25 +130,14 @@ def encode_csv(rows: Iterator[list[str]]) -> bytes:
     return buffer.getvalue().encode("utf-8")
 
 
-class EvalCsvProjection:
+class EvalCsvProjection(EpisodeProjection):
     """Episodes -> one simulation-run CSV."""
 
     name = "eval_csv"
     version = 1
 
-    def __init__(self, options: dict[str, Any]) -> None:
-        self.facts = RunFacts()
-
-    def bind_run(self, run: RunDir) -> None:
-        """Read the run's wall start and model, which timestamps and spans need."""
-        self.facts = run_facts(run)
-
-    def fold_options(self) -> dict[str, Any]:
-        return {}
-
-    def fold(self, events: list[Any]) -> list[str] | None:
-        record = episode_record(events)
-        return None if record is None else episode_row(record, self.facts)
+    def fold_record(self, record: EpisodeRecord) -> list[str]:
+        return episode_row(record, self.facts)
 
     def render(self, outputs: Iterator[bytes]) -> Iterator[tuple[str, bytes]]:
         yield "simulation_run.csv", encode_csv(_rows.decode(raw) for raw in outputs)

@@ -14,8 +14,7 @@ from typing import Any
 
 import msgspec
 
-from ...engine.log import RunDir
-from .episode import EpisodeRecord, RunFacts, agent_state, episode_record, run_facts, true_state
+from .episode import EpisodeProjection, EpisodeRecord, RunFacts, agent_state, true_state
 from .golden import GoldenQuestion, ReferenceData, ToolInteraction, encode_golden
 from .spans import agent_name, agent_trajectory
 
@@ -76,25 +75,14 @@ def episode_question(record: EpisodeRecord, facts: RunFacts) -> GoldenQuestion:
                           reference_data=reference)
 
 
-class GoldenProjection:
+class GoldenProjection(EpisodeProjection):
     """Episodes -> one golden dataset file."""
 
     name = "golden"
     version = 1
 
-    def __init__(self, options: dict[str, Any]) -> None:
-        self.facts = RunFacts()
-
-    def bind_run(self, run: RunDir) -> None:
-        """Read the run's scenario spec, recorded for SGD-world questions."""
-        self.facts = run_facts(run)
-
-    def fold_options(self) -> dict[str, Any]:
-        return {}
-
-    def fold(self, events: list[Any]) -> GoldenQuestion | None:
-        record = episode_record(events)
-        if record is None or not record.exchanges:
+    def fold_record(self, record: EpisodeRecord) -> GoldenQuestion | None:
+        if not record.exchanges:
             return None  # a question needs at least one user input
         return episode_question(record, self.facts)
 

@@ -15,8 +15,7 @@ from typing import Any
 import msgspec
 
 from ... import __version__
-from ...engine.log import RunDir
-from .episode import RunFacts, episode_record, run_facts
+from .episode import EpisodeProjection, EpisodeRecord
 from .spans import CALL_LLM, ERROR_TYPE, Span, episode_spans, span_kind
 
 EPISODES_PER_FILE = 128
@@ -79,14 +78,14 @@ def otlp_request(run: str, spans: list[Span]) -> dict[str, Any]:
                                "scopeSpans": [{"scope": scope, "spans": [otlp_span(s) for s in spans]}]}]}
 
 
-class OtelProjection:
+class OtelProjection(EpisodeProjection):
     """Episodes -> OTLP/JSON trace files."""
 
     name = "otel"
     version = 1
 
     def __init__(self, options: dict[str, Any]) -> None:
-        self.facts = RunFacts()
+        super().__init__(options)
         endpoint = options.get("otlp_endpoint") or None
         if endpoint is not None:
             from .otlp_http import traces_url
@@ -105,17 +104,7 @@ class OtelProjection:
         """The projection the command-line options ask for."""
         return cls({"otlp_endpoint": args.otlp_endpoint})
 
-    def bind_run(self, run: RunDir) -> None:
-        """Read the run's wall start and model, which every span's times and attributes need."""
-        self.facts = run_facts(run)
-
-    def fold_options(self) -> dict[str, Any]:
-        return {}
-
-    def fold(self, events: list[Any]) -> OtelOutput | None:
-        record = episode_record(events)
-        if record is None:
-            return None
+    def fold_record(self, record: EpisodeRecord) -> OtelOutput:
         return OtelOutput(run=record.run, spans=episode_spans(record, self.facts))
 
     def render(self, outputs: Iterator[bytes]) -> Iterator[tuple[str, bytes]]:
