@@ -23,9 +23,8 @@ from dialogsim.engine.log import RunDir, read_episodes_from
 from dialogsim.engine.oplog import configure_logging
 from dialogsim.engine.projections import run_projection
 from dialogsim.engine.registry import projection as get_projection
+from sgd_split import add_split_arguments, chosen_split
 
-ROOT = Path(__file__).resolve().parents[1]
-SHARED = ROOT.parent / "shared" / "sgd"
 TARGET = 100_000
 
 
@@ -46,20 +45,13 @@ def _read_all(run: Path) -> list:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--src", type=Path, help="SGD split directory (default: ../shared/sgd/dev)")
-    parser.add_argument("--schema", type=Path, help="its schema.json")
+    add_split_arguments(parser)
     parser.add_argument("--repeat", type=int, default=3, help="runs; the best is reported (default 3)")
     args = parser.parse_args()
     configure_logging("console", "warning")
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
-        if args.src is not None:
-            src, schema = args.src, args.schema
-        elif (SHARED / "dev").is_dir():
-            src, schema = SHARED / "dev", SHARED / "schemas" / "dev" / "schema.json"
-        else:
-            src, schema = ROOT / "tests" / "fixtures" / "sgd", None
-            print("../shared/sgd not found: using the small in-repo fixture (figures are rough)")
+        src, schema = chosen_split(args, tmp, copies=1)
         run = tmp / "run"
         stats = import_sgd(src, run, schema=schema)
         inf = (float("inf"), float("inf"))

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import gc
-import json
 import shutil
 import tempfile
 import time
@@ -22,25 +21,9 @@ from dialogsim.engine.oplog import configure_logging
 from dialogsim.engine.projections import run_projection
 from dialogsim.engine.registry import projection
 from dialogsim.scenarios.sgd.import_command import import_sgd
+from sgd_split import add_split_arguments, chosen_split
 
-ROOT = Path(__file__).resolve().parents[1]
-SHARED = ROOT.parent / "shared" / "sgd"
-FIXTURES = ROOT / "tests" / "fixtures" / "sgd"
 TARGET = 50_000
-
-
-def _fixture_split(directory: Path, copies: int) -> Path:
-    """The fixture dialogues repeated ``copies`` times (new ids) as a split directory of 128-dialogue files."""
-    base = json.loads((FIXTURES / "dialogues_001.json").read_text())
-    dialogues = []
-    for n in range(copies):
-        for d in base:
-            dialogues.append({**d, "dialogue_id": f"{d['dialogue_id']}-{n}"})
-    directory.mkdir(parents=True)
-    for i in range(0, len(dialogues), 128):
-        (directory / f"dialogues_{i // 128 + 1:03d}.json").write_text(json.dumps(dialogues[i:i + 128], indent=2))
-    shutil.copy(FIXTURES / "schema.json", directory / "schema.json")
-    return directory
 
 
 def _timed(fn):
@@ -52,20 +35,13 @@ def _timed(fn):
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--src", type=Path, help="SGD split directory (default: ../shared/sgd/dev)")
-    parser.add_argument("--schema", type=Path, help="its schema.json")
+    add_split_arguments(parser)
     parser.add_argument("--repeat", type=int, default=3, help="runs; the best is reported (default 3)")
     args = parser.parse_args()
     configure_logging("console", "warning")
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
-        if args.src is not None:
-            src, schema = args.src, args.schema
-        elif (SHARED / "dev").is_dir():
-            src, schema = SHARED / "dev", SHARED / "schemas" / "dev" / "schema.json"
-        else:
-            src, schema = _fixture_split(tmp / "fixture", copies=510), None
-            print("../shared/sgd not found: using the in-repo fixture repeated 510 times")
+        src, schema = chosen_split(args, tmp, copies=510)
         inf = (float("inf"), float("inf"))
         best_import = best_project = best_noop = inf
         turns = dialogues = 0
